@@ -1,1 +1,475 @@
-//! todo
+//! The result cache, in libcni's on-disk format (`libcni/api.go` `cachedInfo`), so that other CNI
+//! tools (cnitool, CRI runtimes) read what we write and we read what they wrote.
+//!
+//! Spec §3 "Adding an attachment": the runtime must store the final result persistently, for
+//! CHECK and DEL. libcni keeps one file per attachment at
+//! `<base>/results/<network>-<containerID>-<ifname>` (directory 0700, file 0600) holding:
+//!
+//! ```json
+//! {"kind":"cniCacheV1","containerId":"…","config":"<base64 of the conflist bytes>","ifName":"…",
+//!  "networkName":"…","netns":"…","cniArgs":[["K","V"]],"capabilityArgs":{…},"result":{…}}
+//! ```
+//!
+//! Files are written atomically (temporary file, fsync, rename), unlike libcni's plain write: a
+//! crash mid-write must not leave a truncated entry that makes DEL lose its `prevResult`.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::base64;
+use crate::error::{CniError, ErrorCode};
+use crate::result::CniResult;
+use crate::validate;
+use crate::version::Version;
+
+/// libcni's default cache directory.
+pub const DEFAULT_CACHE_DIR: &str = "/var/lib/cni";
+/// The `kind` of a current cache entry.
+pub const KIND_V1: &str = "cniCacheV1";
+
+/// One cache entry: what libcni's `cachedInfo` holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CachedAttachment {
+    pub container_id: String,
+    /// The whole network configuration list, as the bytes it was read from.
+    pub config: Vec<u8>,
+    pub if_name: String,
+    pub network_name: String,
+    pub netns: String,
+    pub cni_args: Vec<(String, String)>,
+    pub capability_args: Map<String, Value>,
+    /// The final ADD result as JSON, in the version the plugins returned it.
+    pub result: Option<Value>,
+}
+
+/// The JSON layout, field order as libcni writes it.
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    kind: String,
+    #[serde(rename = "containerId")]
+    container_id: String,
+    #[serde(with = "base64_bytes")]
+    config: Vec<u8>,
+    #[serde(rename = "ifName")]
+    if_name: String,
+    #[serde(rename = "networkName")]
+    network_name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    netns: String,
+    #[serde(rename = "cniArgs", default, skip_serializing_if = "Vec::is_empty")]
+    cni_args: Vec<(String, String)>,
+    #[serde(
+        rename = "capabilityArgs",
+        default,
+        skip_serializing_if = "Map::is_empty"
+    )]
+    capability_args: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+}
+
+mod base64_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::base64::encode(b))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        // Go writes a nil []byte as null.
+        let s = Option::<String>::deserialize(d)?.unwrap_or_default();
+        super::base64::decode(&s).ok_or_else(|| serde::de::Error::custom("config is not base64"))
+    }
+}
+
+fn io_err(what: impl std::fmt::Display, path: &Path, e: io::Error) -> CniError {
+    CniError::new(
+        ErrorCode::Io,
+        format!("result cache: {what} {}: {e}", path.display()),
+    )
+}
+
+/// The cache directory and the operations on it.
+#[derive(Clone, Debug)]
+pub struct ResultCache {
+    base: PathBuf,
+}
+
+impl Default for ResultCache {
+    fn default() -> Self {
+        ResultCache::new(DEFAULT_CACHE_DIR)
+    }
+}
+
+impl ResultCache {
+    /// A cache under `base` (files go in `base/results/`), like libcni's `CacheDir`.
+    pub fn new(base: impl Into<PathBuf>) -> Self {
+        ResultCache { base: base.into() }
+    }
+
+    pub fn results_dir(&self) -> PathBuf {
+        self.base.join("results")
+    }
+
+    /// `results/<network>-<containerID>-<ifname>`. The three parts are validated first, so the
+    /// name can never leave the directory.
+    pub fn path(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<PathBuf, CniError> {
+        validate::network_name(network)?;
+        validate::container_id(container_id)?;
+        validate::interface_name(ifname)?;
+        Ok(self
+            .results_dir()
+            .join(format!("{network}-{container_id}-{ifname}")))
+    }
+
+    /// Writes an entry atomically, creating the directory (0700) if needed; the file is 0600.
+    pub fn write(&self, entry: &CachedAttachment) -> Result<(), CniError> {
+        let path = self.path(&entry.network_name, &entry.container_id, &entry.if_name)?;
+        let dir = self.results_dir();
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| io_err("cannot create", &dir, e))?;
+        let wire = Wire {
+            kind: KIND_V1.to_string(),
+            container_id: entry.container_id.clone(),
+            config: entry.config.clone(),
+            if_name: entry.if_name.clone(),
+            network_name: entry.network_name.clone(),
+            netns: entry.netns.clone(),
+            cni_args: entry.cni_args.clone(),
+            capability_args: entry.capability_args.clone(),
+            result: entry.result.clone(),
+        };
+        let bytes = serde_json::to_vec(&wire).map_err(|e| {
+            CniError::new(
+                ErrorCode::Internal,
+                format!("result cache: cannot encode: {e}"),
+            )
+        })?;
+        write_atomic(&path, &bytes)
+    }
+
+    /// Reads an entry. `Ok(None)` when there is none; an error when it exists but cannot be
+    /// read or is not a current entry (see [`ResultCache::cached_result`] for legacy files).
+    pub fn read(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<Option<CachedAttachment>, CniError> {
+        let path = self.path(network, container_id, ifname)?;
+        let Some(bytes) = read_if_exists(&path)? else {
+            return Ok(None);
+        };
+        decode_entry(&bytes).map(Some).map_err(|why| {
+            CniError::new(
+                ErrorCode::DecodingFailure,
+                format!("result cache {}: {why}", path.display()),
+            )
+        })
+    }
+
+    /// The cached final result of an attachment, converted to `version` (what CHECK and DEL pass
+    /// as `prevResult`). A file that is not a `cniCacheV1` entry is read as a bare result, as
+    /// libcni reads caches from before that format. `Ok(None)` when there is no file.
+    pub fn cached_result(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        version: Version,
+    ) -> Result<Option<CniResult>, CniError> {
+        let path = self.path(network, container_id, ifname)?;
+        let Some(bytes) = read_if_exists(&path)? else {
+            return Ok(None);
+        };
+        let raw = match decode_entry(&bytes) {
+            Ok(entry) => match entry.result {
+                Some(r) => r,
+                None => return Ok(None),
+            },
+            Err(_) => serde_json::from_slice::<Value>(&bytes).map_err(|e| {
+                CniError::new(
+                    ErrorCode::DecodingFailure,
+                    format!("result cache {}: not JSON: {e}", path.display()),
+                )
+            })?,
+        };
+        let result = CniResult::from_value(raw, version)
+            .and_then(|r| r.convert_to(version))
+            .map_err(|e| e.context(format!("result cache {}", path.display())))?;
+        Ok(Some(result))
+    }
+
+    /// Removes an entry; a missing one is not an error (DEL is idempotent).
+    pub fn remove(&self, network: &str, container_id: &str, ifname: &str) -> Result<(), CniError> {
+        let path = self.path(network, container_id, ifname)?;
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("cannot remove", &path, e)),
+        }
+    }
+
+    /// Every readable current entry, sorted by file name, optionally only those of one
+    /// container (libcni `GetCachedAttachments`). Unreadable files are skipped, as libcni does:
+    /// one corrupt file must not hide the others from GC.
+    pub fn list(&self, container_id: Option<&str>) -> Result<Vec<CachedAttachment>, CniError> {
+        let dir = self.results_dir();
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("cannot list", &dir, e)),
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        let mut out = Vec::new();
+        for name in names {
+            if let Some(cid) = container_id {
+                let part = format!("-{cid}-");
+                match name.find(&part) {
+                    Some(pos) if pos > 0 && pos + part.len() < name.len() => {}
+                    _ => continue,
+                }
+            }
+            let Ok(bytes) = fs::read(dir.join(&name)) else {
+                continue;
+            };
+            let Ok(entry) = decode_entry(&bytes) else {
+                continue;
+            };
+            if container_id.is_some_and(|cid| entry.container_id != cid)
+                || entry.if_name.is_empty()
+                || entry.network_name.is_empty()
+            {
+                continue;
+            }
+            out.push(entry);
+        }
+        Ok(out)
+    }
+}
+
+fn decode_entry(bytes: &[u8]) -> Result<CachedAttachment, String> {
+    let w: Wire = serde_json::from_slice(bytes).map_err(|e| format!("not a cache entry: {e}"))?;
+    if w.kind != KIND_V1 {
+        return Err(format!("unknown kind {:?}", w.kind));
+    }
+    Ok(CachedAttachment {
+        container_id: w.container_id,
+        config: w.config,
+        if_name: w.if_name,
+        network_name: w.network_name,
+        netns: w.netns,
+        cni_args: w.cni_args,
+        capability_args: w.capability_args,
+        result: w.result,
+    })
+}
+
+fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>, CniError> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err("cannot read", path, e)),
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory, fsynced and renamed
+/// over the target, so readers see the old content or the new, never a part.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CniError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{file_name}.tmp{}", std::process::id()));
+    let result = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    result.map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        io_err("cannot write", path, e)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use serde_json::json;
+
+    use super::*;
+
+    const FIXTURE_NAME: &str = "results-fixture-net-cnitool-f44a90ca26003b1992e5-eth0.json";
+
+    fn fixture_bytes() -> Vec<u8> {
+        fs::read(format!(
+            "{}/tests/fixtures/libcni/{FIXTURE_NAME}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    }
+
+    /// A cache dir holding the entry cnitool wrote, under the name libcni gave it.
+    fn cache_with_fixture() -> (tempfile::TempDir, ResultCache) {
+        let d = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(d.path());
+        fs::create_dir_all(cache.results_dir()).unwrap();
+        fs::write(
+            cache
+                .results_dir()
+                .join("fixture-net-cnitool-f44a90ca26003b1992e5-eth0"),
+            fixture_bytes(),
+        )
+        .unwrap();
+        (d, cache)
+    }
+
+    #[test]
+    fn reads_the_entry_cnitool_wrote() {
+        let (_d, cache) = cache_with_fixture();
+        let e = cache
+            .read("fixture-net", "cnitool-f44a90ca26003b1992e5", "eth0")
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.netns, "/var/run/netns/fixture");
+        assert_eq!(
+            e.cni_args[1],
+            ("K8S_POD_NAMESPACE".to_string(), "default".to_string())
+        );
+        assert_eq!(e.capability_args["mac"], json!("02:00:00:00:99:01"));
+        let conflist = fs::read(format!(
+            "{}/tests/fixtures/libcni/10-fixture.conflist",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        assert_eq!(e.config, conflist, "config is the conflist bytes as read");
+        let r = cache
+            .cached_result(
+                "fixture-net",
+                "cnitool-f44a90ca26003b1992e5",
+                "eth0",
+                Version::V0_4_0,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            r.cni_version,
+            Version::V0_4_0,
+            "converted to the asked version"
+        );
+        assert_eq!(r.ips[0].address.to_string(), "10.99.0.2/24");
+    }
+
+    #[test]
+    fn writes_the_same_shape_and_modes() {
+        let (_d, cache) = cache_with_fixture();
+        let e = cache
+            .read("fixture-net", "cnitool-f44a90ca26003b1992e5", "eth0")
+            .unwrap()
+            .unwrap();
+        let d2 = tempfile::tempdir().unwrap();
+        let mine = ResultCache::new(d2.path().join("cni"));
+        mine.write(&e).unwrap();
+        let path = mine
+            .path("fixture-net", "cnitool-f44a90ca26003b1992e5", "eth0")
+            .unwrap();
+        // Byte-identical to what libcni wrote: same keys, same order, same base64.
+        assert_eq!(fs::read(&path).unwrap(), fixture_bytes());
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(&mine.results_dir()), 0o700);
+        // No temporary file left behind.
+        assert_eq!(fs::read_dir(mine.results_dir()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn missing_corrupt_and_legacy_entries() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(d.path());
+        assert!(cache.read("n", "c", "eth0").unwrap().is_none());
+        assert!(
+            cache
+                .cached_result("n", "c", "eth0", Version::V1_0_0)
+                .unwrap()
+                .is_none()
+        );
+        cache.remove("n", "c", "eth0").unwrap();
+        fs::create_dir_all(cache.results_dir()).unwrap();
+        let p = cache.path("n", "c", "eth0").unwrap();
+        fs::write(&p, b"{trunc").unwrap();
+        assert_eq!(cache.read("n", "c", "eth0").unwrap_err().code, 6);
+        assert_eq!(
+            cache
+                .cached_result("n", "c", "eth0", Version::V1_0_0)
+                .unwrap_err()
+                .code,
+            6
+        );
+        // A bare result from before cniCacheV1.
+        fs::write(
+            &p,
+            br#"{"cniVersion":"0.3.1","ips":[{"version":"4","address":"10.1.2.3/24"}]}"#,
+        )
+        .unwrap();
+        let r = cache
+            .cached_result("n", "c", "eth0", Version::V1_0_0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.ips[0].address.to_string(), "10.1.2.3/24");
+        cache.remove("n", "c", "eth0").unwrap();
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn paths_cannot_escape_the_directory() {
+        let cache = ResultCache::new("/tmp/x");
+        assert!(cache.path("../n", "c", "eth0").is_err());
+        assert!(cache.path("n", "../../c", "eth0").is_err());
+        assert!(cache.path("n", "c", "../e").is_err());
+        assert!(cache.path("", "c", "eth0").is_err());
+    }
+
+    #[test]
+    fn list_filters_by_container_and_skips_junk() {
+        let (_d, cache) = cache_with_fixture();
+        let mut other = cache
+            .read("fixture-net", "cnitool-f44a90ca26003b1992e5", "eth0")
+            .unwrap()
+            .unwrap();
+        other.container_id = "other".into();
+        cache.write(&other).unwrap();
+        fs::write(cache.results_dir().join("junk-other-x"), b"nope").unwrap();
+        assert_eq!(cache.list(None).unwrap().len(), 2);
+        let mine = cache.list(Some("other")).unwrap();
+        assert_eq!(mine.len(), 1);
+        assert_eq!(mine[0].container_id, "other");
+        assert!(cache.list(Some("nobody")).unwrap().is_empty());
+        let empty = ResultCache::new("/nonexistent/plumb-test");
+        assert!(empty.list(None).unwrap().is_empty());
+    }
+}

@@ -1,1 +1,221 @@
-//! todo
+//! Loading network configurations from a directory, as libcni does (`LoadConfList`,
+//! `ConfFiles`, `NetworkPluginConfsFromFiles`).
+//!
+//! - `.conflist` files are searched first, then `.conf` and `.json` single configs; each group in
+//!   file-name order. The first whose `name` matches wins.
+//! - Unless `loadOnlyInlinedPlugins` is true, plugin objects in `.conf` files of the sibling
+//!   directory named after the network are appended to the list (spec §1 `plugins`).
+//! - Unlike libcni, a broken file does not stop the search for another network: it is skipped,
+//!   and named in the "not found" error, so one bad file on a node does not break every network.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::config::{NetworkConfigList, PluginConfig};
+use crate::error::{CniError, ErrorCode};
+
+/// Files in `dir` with one of `extensions` (without the dot), sorted by name. A missing
+/// directory is an error naming it.
+pub fn conf_files(dir: &Path, extensions: &[&str]) -> Result<Vec<PathBuf>, CniError> {
+    let entries = fs::read_dir(dir).map_err(|e| {
+        let why = if e.kind() == io::ErrorKind::NotFound {
+            "no such directory".to_string()
+        } else {
+            e.to_string()
+        };
+        CniError::new(
+            ErrorCode::Io,
+            format!(
+                "cannot read CNI configuration directory {}: {why}",
+                dir.display()
+            ),
+        )
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            p.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| extensions.contains(&e))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, CniError> {
+    fs::read(path).map_err(|e| {
+        CniError::new(
+            ErrorCode::Io,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })
+}
+
+/// Parses one file: a `.conflist` as a list, anything else as a single config. Sibling plugins
+/// are added for lists (see the module comment).
+pub fn load_file(path: &Path) -> Result<NetworkConfigList, CniError> {
+    let bytes = read(path)?;
+    let is_list = path.extension().is_some_and(|e| e == "conflist");
+    let mut list = if is_list {
+        NetworkConfigList::from_bytes(&bytes)
+    } else {
+        NetworkConfigList::from_conf_bytes(&bytes)
+    }
+    .map_err(|e| e.context(path.display()))?;
+    if is_list && !list.load_only_inlined_plugins {
+        let dir = path.parent().unwrap_or(Path::new(".")).join(&list.name);
+        if dir.is_dir() {
+            for f in conf_files(&dir, &["conf"])? {
+                let p = PluginConfig::from_bytes(&read(&f)?).map_err(|e| e.context(f.display()))?;
+                list.plugins.push(p);
+            }
+        }
+    }
+    list.require_plugins()
+        .map_err(|e| e.context(path.display()))?;
+    Ok(list)
+}
+
+/// Every network in `dir`, in search order, plus the files that could not be loaded.
+pub fn load_all(
+    dir: &Path,
+) -> Result<(Vec<(PathBuf, NetworkConfigList)>, Vec<CniError>), CniError> {
+    let mut files = conf_files(dir, &["conflist"])?;
+    files.extend(conf_files(dir, &["conf", "json"])?);
+    let mut found = Vec::new();
+    let mut broken = Vec::new();
+    for f in files {
+        match load_file(&f) {
+            Ok(l) => found.push((f, l)),
+            Err(e) => broken.push(e),
+        }
+    }
+    Ok((found, broken))
+}
+
+/// The network called `name` in `dir`.
+pub fn load_network(dir: &Path, name: &str) -> Result<NetworkConfigList, CniError> {
+    let (found, broken) = load_all(dir)?;
+    if let Some((_, l)) = found.into_iter().find(|(_, l)| l.name == name) {
+        return Ok(l);
+    }
+    let mut msg = format!(
+        "no network named {name:?} in CNI configuration directory {}",
+        dir.display()
+    );
+    if !broken.is_empty() {
+        let why: Vec<String> = broken.iter().map(|e| e.to_string()).collect();
+        msg.push_str(&format!(" (skipped invalid files: {})", why.join("; ")));
+    }
+    Err(CniError::new(ErrorCode::InvalidConfig, msg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, content: &str) {
+        fs::write(dir.join(name), content).unwrap();
+    }
+
+    #[test]
+    fn conflists_first_then_confs_each_by_file_name() {
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            "10-a.conf",
+            r#"{"cniVersion":"0.4.0","name":"net","type":"from-conf"}"#,
+        );
+        write(
+            d.path(),
+            "20-b.conflist",
+            r#"{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"from-conflist-20"}]}"#,
+        );
+        write(
+            d.path(),
+            "15-c.conflist",
+            r#"{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"from-conflist-15"}]}"#,
+        );
+        write(
+            d.path(),
+            "05-d.json",
+            r#"{"cniVersion":"1.0.0","name":"other","type":"from-json"}"#,
+        );
+        write(d.path(), "README.md", "ignored");
+        let l = load_network(d.path(), "net").unwrap();
+        assert_eq!(l.plugins[0].plugin_type, "from-conflist-15");
+        let o = load_network(d.path(), "other").unwrap();
+        assert_eq!(o.plugins[0].plugin_type, "from-json");
+        assert_eq!(o.cni_version.to_string(), "1.0.0");
+        let (all, broken) = load_all(d.path()).unwrap();
+        assert_eq!(all.len(), 4);
+        assert!(broken.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_directory_network_and_broken_files() {
+        let e = load_network(Path::new("/nonexistent/plumb"), "x").unwrap_err();
+        assert!(
+            e.msg.contains("/nonexistent/plumb") && e.msg.contains("no such directory"),
+            "{e}"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let e = load_network(d.path(), "x").unwrap_err();
+        assert!(e.msg.contains("no network named \"x\""), "{e}");
+        write(d.path(), "99-bad.conflist", "{not json");
+        write(
+            d.path(),
+            "10-good.conflist",
+            r#"{"name":"good","cniVersion":"1.0.0","plugins":[{"type":"p"}]}"#,
+        );
+        // The broken file does not stop another network from loading ...
+        assert!(load_network(d.path(), "good").is_ok());
+        // ... and is named when the network asked for is not found.
+        let e = load_network(d.path(), "x").unwrap_err();
+        assert!(e.msg.contains("99-bad.conflist"), "{e}");
+    }
+
+    #[test]
+    fn sibling_directory_plugins_are_appended_unless_only_inlined() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir(d.path().join("net")).unwrap();
+        write(
+            &d.path().join("net"),
+            "2.conf",
+            r#"{"type":"second-sibling"}"#,
+        );
+        write(
+            &d.path().join("net"),
+            "1.conf",
+            r#"{"type":"first-sibling"}"#,
+        );
+        write(
+            d.path(),
+            "a.conflist",
+            r#"{"name":"net","cniVersion":"1.1.0","plugins":[{"type":"inline"}]}"#,
+        );
+        let l = load_network(d.path(), "net").unwrap();
+        let types: Vec<_> = l.plugins.iter().map(|p| p.plugin_type.as_str()).collect();
+        assert_eq!(types, ["inline", "first-sibling", "second-sibling"]);
+        write(
+            d.path(),
+            "a.conflist",
+            r#"{"name":"net","cniVersion":"1.1.0","loadOnlyInlinedPlugins":true,"plugins":[{"type":"inline"}]}"#,
+        );
+        assert_eq!(load_network(d.path(), "net").unwrap().plugins.len(), 1);
+        // A list with no inline plugins takes them all from the directory.
+        write(
+            d.path(),
+            "a.conflist",
+            r#"{"name":"net","cniVersion":"1.1.0"}"#,
+        );
+        assert_eq!(load_network(d.path(), "net").unwrap().plugins.len(), 2);
+        fs::remove_dir_all(d.path().join("net")).unwrap();
+        let e = load_network(d.path(), "net").unwrap_err();
+        assert!(e.msg.contains("no plugin configurations"), "{e}");
+    }
+}

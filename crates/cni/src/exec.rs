@@ -1,1 +1,489 @@
-//! todo
+//! Finding and running a plugin binary: the runtime side of spec §2 "Execution Protocol".
+//!
+//! [`Exec`] is the seam for every plugin execution (Go `pkg/invoke` `Exec`): [`RawExec`] runs real
+//! binaries; tests substitute fakes that record calls. A plugin gets its parameters in `CNI_*`
+//! variables (set here, overriding any inherited from our own environment: plumb itself runs as
+//! a plugin with the runtime's `CNI_*` values), its configuration on stdin, and answers on stdout;
+//! stderr is captured for diagnostics.
+
+use std::io::{self, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::error::{CniError, ErrorCode};
+use crate::validate;
+
+/// A CNI operation (spec §2 "CNI operations").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    Add,
+    Check,
+    Del,
+    Gc,
+    Status,
+    Version,
+}
+
+impl Command {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Command::Add => "ADD",
+            Command::Check => "CHECK",
+            Command::Del => "DEL",
+            Command::Gc => "GC",
+            Command::Status => "STATUS",
+            Command::Version => "VERSION",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Command> {
+        Some(match s {
+            "ADD" => Command::Add,
+            "CHECK" => Command::Check,
+            "DEL" => Command::Del,
+            "GC" => Command::Gc,
+            "STATUS" => Command::Status,
+            "VERSION" => Command::Version,
+            _ => return None,
+        })
+    }
+}
+
+/// The `CNI_*` parameters of one execution (spec §2 "Parameters").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PluginEnv {
+    pub command: String,
+    pub container_id: String,
+    pub netns: String,
+    pub ifname: String,
+    /// `CNI_ARGS`, already joined.
+    pub args: String,
+    /// `CNI_PATH`, already joined with ':'.
+    pub path: String,
+}
+
+impl PluginEnv {
+    /// The variables in the order the reference library sets them.
+    pub fn vars(&self) -> [(&'static str, &str); 6] {
+        [
+            ("CNI_COMMAND", &self.command),
+            ("CNI_CONTAINERID", &self.container_id),
+            ("CNI_NETNS", &self.netns),
+            ("CNI_ARGS", &self.args),
+            ("CNI_IFNAME", &self.ifname),
+            ("CNI_PATH", &self.path),
+        ]
+    }
+}
+
+/// What a plugin printed when it succeeded. `stderr` is kept so callers can log it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// The side-effect seam: find a plugin and run it.
+pub trait Exec: Send + Sync {
+    /// The executable for `plugin_type` in the first of `dirs` that has it.
+    fn find_in_path(&self, plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, CniError> {
+        find_in_path(plugin_type, dirs)
+    }
+
+    /// Runs the plugin at `path` with `env` and `stdin`. A plugin that exits non-zero yields its
+    /// decoded error.
+    fn exec_plugin(
+        &self,
+        path: &Path,
+        stdin: &[u8],
+        env: &PluginEnv,
+    ) -> Result<ExecOutput, CniError>;
+}
+
+/// Finds `plugin_type` in `dirs`. The type is validated first, so it can never name a file
+/// outside those directories.
+pub fn find_in_path(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, CniError> {
+    validate::plugin_type(plugin_type)?;
+    if dirs.is_empty() {
+        return Err(CniError::new(
+            ErrorCode::InvalidConfig,
+            format!(
+                "cannot find plugin {plugin_type:?}: no plugin directories (CNI_PATH is empty)"
+            ),
+        ));
+    }
+    for dir in dirs {
+        let candidate = dir.join(plugin_type);
+        if let Ok(meta) = std::fs::metadata(&candidate)
+            && meta.is_file()
+            && meta.permissions().mode() & 0o111 != 0
+        {
+            return Ok(candidate);
+        }
+    }
+    let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    Err(CniError::new(
+        ErrorCode::InvalidConfig,
+        format!(
+            "failed to find plugin {plugin_type:?} in path [{}]",
+            searched.join(" ")
+        ),
+    ))
+}
+
+/// Splits `CNI_PATH`-style lists (':'-separated); empty parts are dropped.
+pub fn split_path(s: &str) -> Vec<PathBuf> {
+    s.split(':')
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// Runs real plugin binaries.
+#[derive(Clone, Debug)]
+pub struct RawExec {
+    /// A plugin still running after this is killed and the call fails with code 11 (try again).
+    pub timeout: Duration,
+    /// Attempts when the binary is being replaced ("text file busy"), as libcni: 5, 1 s apart.
+    pub busy_attempts: u32,
+    pub busy_delay: Duration,
+    /// Output beyond this many bytes is discarded, so a runaway plugin cannot exhaust memory.
+    pub max_output: usize,
+}
+
+impl Default for RawExec {
+    fn default() -> Self {
+        RawExec {
+            timeout: Duration::from_secs(120),
+            busy_attempts: 5,
+            busy_delay: Duration::from_secs(1),
+            max_output: 16 << 20,
+        }
+    }
+}
+
+/// How a finished child ended, with everything it printed.
+struct Finished {
+    status: std::process::ExitStatus,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl RawExec {
+    fn spawn(&self, path: &Path, env: &PluginEnv) -> io::Result<std::process::Child> {
+        let mut attempt = 1;
+        loop {
+            let mut cmd = Process::new(path);
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in env.vars() {
+                cmd.env(k, v);
+            }
+            match cmd.spawn() {
+                Err(e)
+                    if e.kind() == io::ErrorKind::ExecutableFileBusy
+                        && attempt < self.busy_attempts =>
+                {
+                    attempt += 1;
+                    thread::sleep(self.busy_delay);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn run(&self, path: &Path, stdin: &[u8], env: &PluginEnv) -> Result<Finished, CniError> {
+        let name = path.display();
+        let mut child = self.spawn(path, env).map_err(|e| {
+            CniError::new(ErrorCode::Io, format!("cannot execute plugin {name}: {e}"))
+        })?;
+        // Each stream gets its own thread: a plugin that writes a lot to stderr before reading
+        // stdin must not deadlock against us.
+        let mut pipe_in = child.stdin.take().expect("stdin is piped");
+        let input = stdin.to_vec();
+        let writer = thread::spawn(move || {
+            // A plugin may exit without reading its stdin: a broken pipe is not our error.
+            let _ = pipe_in.write_all(&input);
+        });
+        let (tx, rx) = mpsc::channel();
+        let max = self.max_output;
+        let mut readers = 0;
+        for (stream, src) in [
+            (
+                0,
+                child
+                    .stdout
+                    .take()
+                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            ),
+            (
+                1,
+                child
+                    .stderr
+                    .take()
+                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            ),
+        ] {
+            if let Some(src) = src {
+                let tx = tx.clone();
+                readers += 1;
+                thread::spawn(move || {
+                    let _ = tx.send((stream, read_capped(src, max)));
+                });
+            }
+        }
+        drop(tx);
+        let deadline = Instant::now() + self.timeout;
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        for _ in 0..readers {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((0, buf)) => stdout = buf,
+                Ok((_, buf)) => stderr = buf,
+                Err(_) => {
+                    // Still running (or a child it left behind holds the pipe): stop it.
+                    if let Ok(None) = child.try_wait() {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return Err(CniError::new(
+                            ErrorCode::TryAgainLater,
+                            format!(
+                                "plugin {name} did not finish within {:?} and was killed",
+                                self.timeout
+                            ),
+                        ));
+                    }
+                    break;
+                }
+            }
+        }
+        let _ = writer.join();
+        let status = child.wait().map_err(|e| {
+            CniError::new(ErrorCode::Io, format!("cannot wait for plugin {name}: {e}"))
+        })?;
+        Ok(Finished {
+            status,
+            stdout,
+            stderr,
+        })
+    }
+}
+
+fn read_capped(src: Box<dyn Read + Send>, max: usize) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut limited = src.take(max as u64);
+    let _ = limited.read_to_end(&mut buf);
+    // Drain the rest so the plugin is never blocked writing to a full pipe.
+    let _ = io::copy(&mut limited.into_inner(), &mut io::sink());
+    buf
+}
+
+impl Exec for RawExec {
+    fn exec_plugin(
+        &self,
+        path: &Path,
+        stdin: &[u8],
+        env: &PluginEnv,
+    ) -> Result<ExecOutput, CniError> {
+        let f = self.run(path, stdin, env)?;
+        if f.status.success() {
+            return Ok(ExecOutput {
+                stdout: f.stdout,
+                stderr: f.stderr,
+            });
+        }
+        Err(plugin_error(&f.status.to_string(), &f.stdout, &f.stderr))
+    }
+}
+
+/// Decodes a failed plugin's output (libcni `pluginErr`): the error JSON on stdout if there is
+/// one; otherwise its stderr is the message. Stderr also fills an empty `details`, because it
+/// is usually what explains the failure to an operator.
+pub fn plugin_error(status: &str, stdout: &[u8], stderr: &[u8]) -> CniError {
+    let stderr_text = String::from_utf8_lossy(stderr).trim().to_string();
+    let stdout_text = String::from_utf8_lossy(stdout).trim().to_string();
+    if stdout_text.is_empty() {
+        if stderr_text.is_empty() {
+            return CniError::new(
+                ErrorCode::Internal,
+                format!("plugin failed with no error message ({status})"),
+            );
+        }
+        return CniError::new(ErrorCode::Internal, format!("plugin failed: {stderr_text}"));
+    }
+    match serde_json::from_str::<CniError>(&stdout_text) {
+        Ok(mut e) => {
+            if e.code == 0 {
+                e.code = ErrorCode::Internal.code();
+            }
+            if e.msg.is_empty() {
+                e.msg = format!("plugin failed without a message ({status})");
+            }
+            if e.details.is_empty() && !stderr_text.is_empty() {
+                e.details = stderr_text;
+            }
+            e
+        }
+        Err(perr) => CniError::new(
+            ErrorCode::Internal,
+            format!("plugin failed ({status}) and its error output is not CNI error JSON ({perr}): {stdout_text:?}"),
+        )
+        .with_details(stderr_text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    /// A throwaway "plugin": a shell script in a temp dir.
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+        let p = dir.join(name);
+        fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    fn env(cmd: &str) -> PluginEnv {
+        PluginEnv {
+            command: cmd.into(),
+            container_id: "c1".into(),
+            netns: "/var/run/netns/x".into(),
+            ifname: "eth0".into(),
+            args: "A=1;B=2".into(),
+            path: "/opt/cni/bin".into(),
+        }
+    }
+
+    #[test]
+    fn finds_first_executable_and_refuses_escapes() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        fs::write(a.path().join("p"), "not executable").unwrap();
+        let want = script(b.path(), "p", "exit 0");
+        let dirs = vec![a.path().to_path_buf(), b.path().to_path_buf()];
+        assert_eq!(find_in_path("p", &dirs).unwrap(), want);
+        let e = find_in_path("missing", &dirs).unwrap_err();
+        assert!(e.msg.contains("missing") && e.msg.contains(&b.path().display().to_string()));
+        for bad in ["", "../p", "/bin/sh", "x/../p"] {
+            assert_eq!(find_in_path(bad, &dirs).unwrap_err().code, 7, "{bad:?}");
+        }
+        assert!(find_in_path("p", &[]).unwrap_err().msg.contains("CNI_PATH"));
+        assert_eq!(
+            split_path(":/a::/b:"),
+            vec![PathBuf::from("/a"), PathBuf::from("/b")]
+        );
+    }
+
+    #[test]
+    fn passes_env_overriding_inherited_and_stdin() {
+        let d = tempfile::tempdir().unwrap();
+        let p = script(
+            d.path(),
+            "echo",
+            r#"printf '%s|%s|%s|%s|%s|%s|' "$CNI_COMMAND" "$CNI_CONTAINERID" "$CNI_NETNS" "$CNI_IFNAME" "$CNI_ARGS" "$CNI_PATH"; cat; echo log >&2"#,
+        );
+        let out = RawExec::default()
+            .exec_plugin(&p, b"{\"x\":1}", &env("ADD"))
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            "ADD|c1|/var/run/netns/x|eth0|A=1;B=2|/opt/cni/bin|{\"x\":1}"
+        );
+        assert_eq!(out.stderr, b"log\n");
+    }
+
+    #[test]
+    fn failures_decode_json_or_fall_back_to_stderr() {
+        let d = tempfile::tempdir().unwrap();
+        let x = RawExec::default();
+        let p = script(
+            d.path(),
+            "json",
+            r#"echo '{"cniVersion":"1.0.0","code":7,"msg":"bad subnet","details":"10.0.0.0/31"}'; exit 1"#,
+        );
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert_eq!(
+            (e.code, e.msg.as_str(), e.details.as_str()),
+            (7, "bad subnet", "10.0.0.0/31")
+        );
+
+        let p = script(d.path(), "stderr", "echo 'no such bridge' >&2; exit 2");
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert!(e.msg.contains("no such bridge"), "{e}");
+
+        let p = script(d.path(), "silent", "exit 3");
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert!(
+            e.msg.contains("no error message") && e.msg.contains('3'),
+            "{e}"
+        );
+
+        let p = script(d.path(), "garbage", "echo oops; echo why >&2; exit 1");
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert!(e.msg.contains("oops") && e.details == "why", "{e:?}");
+
+        let p = script(
+            d.path(),
+            "jsonstderr",
+            r#"echo '{"code":11,"msg":"busy"}'; echo detail >&2; exit 1"#,
+        );
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert_eq!((e.code, e.details.as_str()), (11, "detail"));
+    }
+
+    #[test]
+    fn a_hung_plugin_is_killed_at_the_timeout() {
+        let d = tempfile::tempdir().unwrap();
+        let p = script(d.path(), "hang", "sleep 30");
+        let x = RawExec {
+            timeout: Duration::from_millis(300),
+            ..RawExec::default()
+        };
+        let t = Instant::now();
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert_eq!(e.code, 11, "{e}");
+        assert!(e.msg.contains("killed"));
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_plugin_that_ignores_stdin_and_floods_output_is_fine() {
+        let d = tempfile::tempdir().unwrap();
+        let p = script(
+            d.path(),
+            "flood",
+            "head -c 300000 /dev/zero | tr '\\0' x; head -c 300000 /dev/zero >&2",
+        );
+        let x = RawExec {
+            max_output: 1000,
+            ..RawExec::default()
+        };
+        let big = vec![b' '; 1 << 20];
+        let out = x.exec_plugin(&p, &big, &env("ADD")).unwrap();
+        assert_eq!(out.stdout.len(), 1000);
+        assert_eq!(out.stderr.len(), 1000);
+    }
+
+    #[test]
+    fn commands_round_trip() {
+        for c in [
+            Command::Add,
+            Command::Check,
+            Command::Del,
+            Command::Gc,
+            Command::Status,
+            Command::Version,
+        ] {
+            assert_eq!(Command::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(Command::parse("add"), None);
+    }
+}

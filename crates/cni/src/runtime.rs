@@ -1,1 +1,410 @@
-//! todo
+//! Executing a network configuration list: the runtime side of spec §3 ("Adding an attachment",
+//! "Deleting an attachment", "Checking an attachment", "Garbage-collecting a network") and of
+//! STATUS and VERSION (spec §2). It is what libcni's `CNIConfig` is to Go runtimes.
+//!
+//! Where this differs from libcni, it is on the safe side:
+//! - Every parameter is validated and every plugin binary found *before* the first plugin runs,
+//!   so a bad request has no side effects.
+//! - DEL keeps going past a failing plugin and reports every error at the end, so one broken
+//!   plugin does not keep the IPAM plugin from releasing the address; the cache entry is kept
+//!   when anything failed, so a retried DEL still has the `prevResult`.
+//! - A plugin's result is converted to the list's version before it is passed on as
+//!   `prevResult` (spec §3 wants it in that version; libcni passes whatever the plugin printed).
+
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use crate::args;
+use crate::cache::{CachedAttachment, ResultCache};
+use crate::config::{NetworkConfigList, PluginConfig};
+use crate::error::{CniError, ErrorCode, ErrorList};
+use crate::exec::{Command, Exec, ExecOutput, PluginEnv, RawExec};
+use crate::request::{self, Extra, GcAttachment};
+use crate::result::CniResult;
+use crate::validate;
+use crate::version::{Version, VersionInfo};
+
+/// The per-attachment parameters (spec §3 "Attachment Parameters"; libcni `RuntimeConf`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RuntimeConf {
+    pub container_id: String,
+    pub netns: String,
+    pub ifname: String,
+    /// `CNI_ARGS` pairs, in order.
+    pub args: Vec<(String, String)>,
+    /// Capability arguments, from which each plugin's `runtimeConfig` is derived.
+    pub capability_args: Map<String, Value>,
+}
+
+/// What a plugin printed on stderr while succeeding, for the caller to log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginLog {
+    pub plugin_type: String,
+    pub command: Command,
+    pub stderr: String,
+}
+
+/// Runs configuration lists: plugin directories, the result cache and the exec seam.
+pub struct CniConfig {
+    pub path: Vec<PathBuf>,
+    pub cache: ResultCache,
+    pub exec: Box<dyn Exec>,
+    /// Called with any stderr a succeeding plugin wrote (plugins log there).
+    pub on_plugin_stderr: Option<Box<dyn Fn(&PluginLog) + Send + Sync>>,
+}
+
+impl CniConfig {
+    /// Real plugins from `path`, the cache under `cache_dir`.
+    pub fn new(path: Vec<PathBuf>, cache: ResultCache) -> Self {
+        CniConfig {
+            path,
+            cache,
+            exec: Box::new(RawExec::default()),
+            on_plugin_stderr: None,
+        }
+    }
+
+    pub fn with_exec(mut self, exec: Box<dyn Exec>) -> Self {
+        self.exec = exec;
+        self
+    }
+
+    fn cni_path(&self) -> String {
+        self.path
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":")
+    }
+
+    fn env(&self, command: Command, rt: &RuntimeConf) -> PluginEnv {
+        PluginEnv {
+            command: command.as_str().to_string(),
+            container_id: rt.container_id.clone(),
+            netns: rt.netns.clone(),
+            ifname: rt.ifname.clone(),
+            args: args::join(&rt.args),
+            path: self.cni_path(),
+        }
+    }
+
+    /// Every plugin of the list, found before anything runs.
+    fn find_all(&self, list: &NetworkConfigList) -> Result<Vec<PathBuf>, CniError> {
+        list.require_plugins()?;
+        list.plugins
+            .iter()
+            .map(|p| {
+                self.exec
+                    .find_in_path(&p.plugin_type, &self.path)
+                    .map_err(|e| e.context(format!("network {:?}", list.name)))
+            })
+            .collect()
+    }
+
+    fn validate_attachment(list: &NetworkConfigList, rt: &RuntimeConf) -> Result<(), CniError> {
+        validate::container_id(&rt.container_id)?;
+        validate::network_name(&list.name)?;
+        validate::interface_name(&rt.ifname)
+    }
+
+    fn run(
+        &self,
+        command: Command,
+        list: &NetworkConfigList,
+        index: usize,
+        binary: &PathBuf,
+        stdin: &[u8],
+        rt: &RuntimeConf,
+    ) -> Result<ExecOutput, CniError> {
+        let plugin = &list.plugins[index];
+        let out = self
+            .exec
+            .exec_plugin(binary, stdin, &self.env(command, rt))
+            .map_err(|e| {
+                e.context(format!(
+                    "network {:?}: plugin {:?} ({} of {}) failed ({})",
+                    list.name,
+                    plugin.plugin_type,
+                    index + 1,
+                    list.plugins.len(),
+                    command.as_str()
+                ))
+            })?;
+        if let Some(log) = &self.on_plugin_stderr
+            && !out.stderr.is_empty()
+        {
+            log(&PluginLog {
+                plugin_type: plugin.plugin_type.clone(),
+                command,
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// ADD (spec §3 "Adding an attachment"): every plugin in order, each given the previous
+    /// one's result; the first failure stops and is returned. The final result is cached and
+    /// returned in the list's version.
+    pub fn add_network_list(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+    ) -> Result<CniResult, CniError> {
+        Self::validate_attachment(list, rt)?;
+        let binaries = self.find_all(list)?;
+        let mut prev: Option<CniResult> = None;
+        for (i, bin) in binaries.iter().enumerate() {
+            let stdin = request::build(
+                &list.name,
+                list.cni_version,
+                &list.plugins[i],
+                Extra::Attachment {
+                    capability_args: &rt.capability_args,
+                    prev_result: prev.as_ref(),
+                },
+            )?;
+            let out = self.run(Command::Add, list, i, bin, &stdin, rt)?;
+            let result = CniResult::parse(&out.stdout, list.cni_version)
+                .and_then(|r| r.convert_to(list.cni_version))
+                .map_err(|e| {
+                    e.context(format!(
+                        "network {:?}: plugin {:?} returned an unusable result",
+                        list.name, list.plugins[i].plugin_type
+                    ))
+                })?;
+            prev = Some(result);
+        }
+        let result = prev.expect("require_plugins: at least one plugin ran");
+        self.cache.write(&CachedAttachment {
+            container_id: rt.container_id.clone(),
+            config: list.bytes.clone(),
+            if_name: rt.ifname.clone(),
+            network_name: list.name.clone(),
+            netns: rt.netns.clone(),
+            cni_args: rt.args.clone(),
+            capability_args: rt.capability_args.clone(),
+            result: Some(result.to_value()?),
+        })?;
+        Ok(result)
+    }
+
+    /// CHECK (spec §3 "Checking an attachment"): refused below 0.4.0, skipped with
+    /// `disableCheck`; every plugin in order with the cached result; the first failure stops.
+    pub fn check_network_list(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+    ) -> Result<(), CniError> {
+        if list.cni_version < Version::V0_4_0 {
+            return Err(CniError::new(
+                ErrorCode::IncompatibleVersion,
+                format!(
+                    "network {:?}: configuration version {} does not support the CHECK command \
+                     (0.4.0 or later needed)",
+                    list.name, list.cni_version
+                ),
+            ));
+        }
+        if list.disable_check {
+            return Ok(());
+        }
+        Self::validate_attachment(list, rt)?;
+        let binaries = self.find_all(list)?;
+        let cached = self
+            .cache
+            .cached_result(&list.name, &rt.container_id, &rt.ifname, list.cni_version)?
+            .ok_or_else(|| {
+                CniError::new(
+                    ErrorCode::Io,
+                    format!(
+                        "network {:?}: no cached result for container {:?} interface {:?} in {} \
+                         (was the attachment added?)",
+                        list.name,
+                        rt.container_id,
+                        rt.ifname,
+                        self.cache.results_dir().display()
+                    ),
+                )
+            })?;
+        for (i, bin) in binaries.iter().enumerate() {
+            let stdin = request::build(
+                &list.name,
+                list.cni_version,
+                &list.plugins[i],
+                Extra::Attachment {
+                    capability_args: &rt.capability_args,
+                    prev_result: Some(&cached),
+                },
+            )?;
+            self.run(Command::Check, list, i, bin, &stdin, rt)?;
+        }
+        Ok(())
+    }
+
+    /// DEL (spec §3 "Deleting an attachment"): every plugin in reverse order with the cached
+    /// result (0.4.0+). An unreadable cache entry is dropped and DEL goes on without a
+    /// `prevResult`, as libcni does. Keeps going past failures and reports all of them; the
+    /// cache entry is removed only when every plugin succeeded.
+    pub fn del_network_list(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+    ) -> Result<(), CniError> {
+        Self::validate_attachment(list, rt)?;
+        list.require_plugins()?;
+        let cached = if list.cni_version >= Version::V0_4_0 {
+            match self.cache.cached_result(
+                &list.name,
+                &rt.container_id,
+                &rt.ifname,
+                list.cni_version,
+            ) {
+                Ok(r) => r,
+                Err(_) => {
+                    let _ = self.cache.remove(&list.name, &rt.container_id, &rt.ifname);
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let mut errors = ErrorList::default();
+        for i in (0..list.plugins.len()).rev() {
+            if let Err(e) = self.del_one(list, i, cached.as_ref(), rt) {
+                errors.push(e);
+            }
+        }
+        if errors.0.is_empty() {
+            self.cache
+                .remove(&list.name, &rt.container_id, &rt.ifname)?;
+        }
+        errors.into_result()
+    }
+
+    fn del_one(
+        &self,
+        list: &NetworkConfigList,
+        i: usize,
+        cached: Option<&CniResult>,
+        rt: &RuntimeConf,
+    ) -> Result<(), CniError> {
+        let plugin: &PluginConfig = &list.plugins[i];
+        let bin = self
+            .exec
+            .find_in_path(&plugin.plugin_type, &self.path)
+            .map_err(|e| e.context(format!("network {:?}", list.name)))?;
+        let stdin = request::build(
+            &list.name,
+            list.cni_version,
+            plugin,
+            Extra::Attachment {
+                capability_args: &rt.capability_args,
+                prev_result: cached,
+            },
+        )?;
+        self.run(Command::Del, list, i, &bin, &stdin, rt)
+            .map(|_| ())
+    }
+
+    /// GC (spec §3 "Garbage-collecting a network", libcni `GCNetworkList`): nothing with
+    /// `disableGC`; otherwise a full DEL of every cached attachment of this network that is not
+    /// in `valid`, then (1.1.0+) GC to every plugin. Keeps going past errors; reports all.
+    pub fn gc_network_list(
+        &self,
+        list: &NetworkConfigList,
+        valid: &[GcAttachment],
+    ) -> Result<(), CniError> {
+        if list.disable_gc {
+            return Ok(());
+        }
+        let mut errors = ErrorList::default();
+        match self.cache.list(None) {
+            Ok(cached) => {
+                for c in cached.iter().filter(|c| c.network_name == list.name) {
+                    let key = GcAttachment {
+                        container_id: c.container_id.clone(),
+                        ifname: c.if_name.clone(),
+                    };
+                    if valid.contains(&key) {
+                        continue;
+                    }
+                    let rt = RuntimeConf {
+                        container_id: c.container_id.clone(),
+                        netns: c.netns.clone(),
+                        ifname: c.if_name.clone(),
+                        args: c.cni_args.clone(),
+                        capability_args: c.capability_args.clone(),
+                    };
+                    if let Err(e) = self.del_network_list(list, &rt) {
+                        errors.push(e.context(format!(
+                            "failed to delete stale attachment {} {}",
+                            c.container_id, c.if_name
+                        )));
+                    }
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+        if list.cni_version >= Version::V1_1_0 {
+            let rt = RuntimeConf::default();
+            for (i, plugin) in list.plugins.iter().enumerate() {
+                let done = self
+                    .exec
+                    .find_in_path(&plugin.plugin_type, &self.path)
+                    .and_then(|bin| {
+                        let stdin = request::build(
+                            &list.name,
+                            list.cni_version,
+                            plugin,
+                            Extra::Gc { valid },
+                        )?;
+                        self.run(Command::Gc, list, i, &bin, &stdin, &rt)
+                    });
+                if let Err(e) = done {
+                    errors.push(e);
+                }
+            }
+        }
+        errors.into_result()
+    }
+
+    /// STATUS (spec §2 "STATUS"): nothing before 1.1.0; otherwise every plugin in order, stopping
+    /// at the first error so its code (50, 51) reaches the caller unchanged.
+    pub fn status_network_list(&self, list: &NetworkConfigList) -> Result<(), CniError> {
+        if list.cni_version < Version::V1_1_0 {
+            return Ok(());
+        }
+        let binaries = self.find_all(list)?;
+        let rt = RuntimeConf::default();
+        for (i, bin) in binaries.iter().enumerate() {
+            let stdin =
+                request::build(&list.name, list.cni_version, &list.plugins[i], Extra::None)?;
+            self.run(Command::Status, list, i, bin, &stdin, &rt)?;
+        }
+        Ok(())
+    }
+
+    /// VERSION (spec §2 "VERSION"): the versions a plugin supports. A plugin too old to know
+    /// VERSION supports 0.1.0 only (libcni's rule). The dummy values satisfy plugins built on
+    /// old skeletons that required them for every command.
+    pub fn version_info(&self, plugin_type: &str) -> Result<Vec<Version>, CniError> {
+        let bin = self.exec.find_in_path(plugin_type, &self.path)?;
+        let env = PluginEnv {
+            command: Command::Version.as_str().into(),
+            netns: "dummy".into(),
+            ifname: "dummy".into(),
+            path: "dummy".into(),
+            ..PluginEnv::default()
+        };
+        let stdin = format!(r#"{{"cniVersion":"{}"}}"#, Version::CURRENT);
+        match self.exec.exec_plugin(&bin, stdin.as_bytes(), &env) {
+            Ok(out) => VersionInfo::decode(&out.stdout),
+            Err(e) if e.msg == "unknown CNI_COMMAND: VERSION" => Ok(vec![Version::V0_1_0]),
+            Err(e) => Err(e.context(format!("plugin {plugin_type:?} (VERSION)"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
