@@ -1,1 +1,7 @@
-//! plumb
+//! plumb: a CNI delegating plugin implementing the Network Plumbing Working Group's
+//! multi-network specification. See ../../shared/DESIGN.md for the way of one ADD.
+//!
+//! - [`cnitool`]: `plumb cni`, an operator's tool that runs a network configuration list
+//!   against a network namespace, as the reference `cnitool` does.
+
+pub mod cnitool;

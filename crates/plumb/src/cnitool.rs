@@ -1,0 +1,161 @@
+//! `plumb cni`: run a network configuration list against a network namespace, the way the
+//! reference `cnitool` does, for operators checking a network by hand.
+//!
+//! Environment, as cnitool reads it: `NETCONFPATH` (default `/etc/cni/net.d`), `CNI_PATH`,
+//! `CNI_ARGS`, `CAP_ARGS` (capability arguments as a JSON object), `CNI_IFNAME` (default `eth0`),
+//! and plumb's own `CNI_CACHE_DIR` (default `/var/lib/cni`, libcni's). The container ID is
+//! cnitool's: `cnitool-` and the first 20 hex digits of the SHA-512 of the absolute netns path,
+//! so either tool can delete what the other added.
+//!
+//! One difference for convenience: a NETNS without '/' names a namespace made by `ip netns add`
+//! (`/var/run/netns/NAME`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use cni::cache::{DEFAULT_CACHE_DIR, ResultCache};
+use cni::error::{CniError, ErrorCode};
+use cni::request::GcAttachment;
+use cni::runtime::{CniConfig, RuntimeConf};
+use cni::{args, conf_dir, exec};
+use sha2::{Digest, Sha512};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Op {
+    Add,
+    Check,
+    Del,
+    Gc,
+    Status,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The operation.
+    #[arg(value_enum)]
+    pub op: Op,
+    /// The network's `name` in the configuration directory (NETCONFPATH).
+    pub network: String,
+    /// The network namespace: a path, or a name under /var/run/netns. Needed for add, check, del.
+    pub netns: Option<String>,
+    /// gc: an attachment to keep, as CONTAINERID/IFNAME (repeatable). Every other cached
+    /// attachment of the network is deleted.
+    #[arg(long = "keep", value_name = "CONTAINERID/IFNAME")]
+    pub keep: Vec<String>,
+}
+
+/// cnitool's container ID for a netns path.
+pub fn container_id_for(netns_path: &str) -> String {
+    let digest = Sha512::digest(netns_path.as_bytes());
+    let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
+    format!("cnitool-{hex}")
+}
+
+fn netns_path(arg: &str) -> Result<String, CniError> {
+    let p = if arg.contains('/') {
+        std::path::absolute(Path::new(arg)).map_err(|e| {
+            CniError::new(ErrorCode::InvalidEnvironment, format!("netns {arg:?}: {e}"))
+        })?
+    } else {
+        PathBuf::from("/var/run/netns").join(arg)
+    };
+    Ok(p.display().to_string())
+}
+
+fn usage(msg: &str) -> CniError {
+    CniError::new(ErrorCode::InvalidEnvironment, msg)
+}
+
+/// Runs the command; what it prints goes to `out`. Errors are returned for the caller to print.
+pub fn run(
+    a: &Args,
+    getenv: &dyn Fn(&str) -> Option<String>,
+    out: &mut dyn std::io::Write,
+) -> Result<(), CniError> {
+    let env = |k: &str| getenv(k).filter(|v| !v.is_empty());
+    let netdir = env("NETCONFPATH").unwrap_or_else(|| "/etc/cni/net.d".into());
+    let list = conf_dir::load_network(Path::new(&netdir), &a.network)?;
+    let path = exec::split_path(&env("CNI_PATH").unwrap_or_default());
+    let cache = ResultCache::new(env("CNI_CACHE_DIR").unwrap_or_else(|| DEFAULT_CACHE_DIR.into()));
+    let mut cni = CniConfig::new(path, cache);
+    cni.on_plugin_stderr = Some(Box::new(|log| {
+        eprintln!("plugin {} ({}): {}", log.plugin_type, log.command.as_str(), log.stderr.trim_end());
+    }));
+
+    match a.op {
+        Op::Status => return cni.status_network_list(&list),
+        Op::Gc => {
+            let keep = a
+                .keep
+                .iter()
+                .map(|k| {
+                    k.split_once('/')
+                        .map(|(c, i)| GcAttachment { container_id: c.into(), ifname: i.into() })
+                        .ok_or_else(|| usage(&format!("--keep {k:?}: expected CONTAINERID/IFNAME")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return cni.gc_network_list(&list, &keep);
+        }
+        Op::Add | Op::Check | Op::Del => {}
+    }
+
+    let netns_arg = a
+        .netns
+        .as_deref()
+        .ok_or_else(|| usage("a network namespace (path or name) is required for add, check and del"))?;
+    let netns = netns_path(netns_arg)?;
+    let capability_args = match env("CAP_ARGS") {
+        None => Default::default(),
+        Some(s) => match serde_json::from_str::<serde_json::Value>(&s) {
+            Ok(serde_json::Value::Object(m)) => m,
+            Ok(_) => return Err(usage("CAP_ARGS must be a JSON object")),
+            Err(e) => return Err(usage(&format!("CAP_ARGS is not valid JSON: {e}"))),
+        },
+    };
+    let rt = RuntimeConf {
+        container_id: container_id_for(&netns),
+        netns,
+        ifname: env("CNI_IFNAME").unwrap_or_else(|| "eth0".into()),
+        args: args::parse(&env("CNI_ARGS").unwrap_or_default())?,
+        capability_args,
+    };
+    match a.op {
+        Op::Add => {
+            let result = cni.add_network_list(&list, &rt)?;
+            writeln!(out, "{}", result.to_json_pretty()?)
+                .map_err(|e| CniError::new(ErrorCode::Io, format!("cannot print result: {e}")))
+        }
+        Op::Check => cni.check_network_list(&list, &rt),
+        Op::Del => cni.del_network_list(&list, &rt),
+        Op::Gc | Op::Status => unreachable!("handled above"),
+    }
+}
+
+/// `plumb cni`: prints the result on stdout, an error readably on stderr, exit 1 on error.
+pub fn main(a: Args, getenv: &dyn Fn(&str) -> Option<String>) -> ExitCode {
+    match run(&a, getenv, &mut std::io::stdout()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("plumb cni {}: {e} (CNI error code {})", format!("{:?}", a.op).to_lowercase(), e.code);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_id_matches_cnitool() {
+        // The ID in ../shared/fixtures/libcni, which cnitool derived from this path.
+        assert_eq!(container_id_for("/var/run/netns/fixture"), "cnitool-f44a90ca26003b1992e5");
+    }
+
+    #[test]
+    fn netns_names_and_paths() {
+        assert_eq!(netns_path("blue").unwrap(), "/var/run/netns/blue");
+        assert_eq!(netns_path("/proc/1/ns/net").unwrap(), "/proc/1/ns/net");
+        assert!(netns_path("./x").unwrap().starts_with('/'));
+    }
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, every test (the network-namespace ones need root and
+# run with the reference plugins from Debian's containernetworking-plugins), and short fuzz runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --workspace --locked
+if [ -x fuzz/run-short.sh ] && [ "${PLUMB_SKIP_FUZZ:-}" != 1 ]; then
+  echo "== short fuzz runs"
+  fuzz/run-short.sh "${PLUMB_FUZZ_SECONDS:-15}"
+fi
