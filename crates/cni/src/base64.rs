@@ -38,7 +38,7 @@ fn value(c: u8) -> Option<u32> {
 /// Decodes padded standard base64. Returns `None` for anything else.
 pub fn decode(s: &str) -> Option<Vec<u8>> {
     let bytes = s.as_bytes();
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(bytes.len() / 4 * 3);

@@ -80,10 +80,11 @@ pub fn load_file(path: &Path) -> Result<NetworkConfigList, CniError> {
     Ok(list)
 }
 
-/// Every network in `dir`, in search order, plus the files that could not be loaded.
-pub fn load_all(
-    dir: &Path,
-) -> Result<(Vec<(PathBuf, NetworkConfigList)>, Vec<CniError>), CniError> {
+/// The networks found in a directory, each with its file, in search order.
+pub type Found = Vec<(PathBuf, NetworkConfigList)>;
+
+/// Every network in `dir`, in search order, plus the errors of files that could not be loaded.
+pub fn load_all(dir: &Path) -> Result<(Found, Vec<CniError>), CniError> {
     let mut files = conf_files(dir, &["conflist"])?;
     files.extend(conf_files(dir, &["conf", "json"])?);
     let mut found = Vec::new();

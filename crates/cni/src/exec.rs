@@ -473,6 +473,32 @@ mod tests {
     }
 
     #[test]
+    fn a_busy_binary_is_retried_until_it_is_free() {
+        // A binary held open for writing (being replaced) cannot be executed: ETXTBSY.
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("busy");
+        fs::copy("/bin/true", &p).unwrap();
+        let writer = fs::OpenOptions::new().write(true).open(&p).unwrap();
+        let x = RawExec {
+            busy_attempts: 1,
+            ..RawExec::default()
+        };
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert!(e.msg.to_lowercase().contains("busy"), "{e}");
+        let release = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(150));
+            drop(writer);
+        });
+        let x = RawExec {
+            busy_attempts: 20,
+            busy_delay: Duration::from_millis(50),
+            ..RawExec::default()
+        };
+        x.exec_plugin(&p, b"{}", &env("ADD")).unwrap();
+        release.join().unwrap();
+    }
+
+    #[test]
     fn commands_round_trip() {
         for c in [
             Command::Add,

@@ -11,7 +11,7 @@
 //! - A plugin's result is converted to the list's version before it is passed on as
 //!   `prevResult` (spec §3 wants it in that version; libcni passes whatever the plugin printed).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
@@ -45,13 +45,16 @@ pub struct PluginLog {
     pub stderr: String,
 }
 
+/// A callback for what succeeding plugins wrote on stderr.
+pub type StderrHook = Box<dyn Fn(&PluginLog) + Send + Sync>;
+
 /// Runs configuration lists: plugin directories, the result cache and the exec seam.
 pub struct CniConfig {
     pub path: Vec<PathBuf>,
     pub cache: ResultCache,
     pub exec: Box<dyn Exec>,
     /// Called with any stderr a succeeding plugin wrote (plugins log there).
-    pub on_plugin_stderr: Option<Box<dyn Fn(&PluginLog) + Send + Sync>>,
+    pub on_plugin_stderr: Option<StderrHook>,
 }
 
 impl CniConfig {
@@ -113,7 +116,7 @@ impl CniConfig {
         command: Command,
         list: &NetworkConfigList,
         index: usize,
-        binary: &PathBuf,
+        binary: &Path,
         stdin: &[u8],
         rt: &RuntimeConf,
     ) -> Result<ExecOutput, CniError> {

@@ -79,7 +79,12 @@ pub fn run(
     let cache = ResultCache::new(env("CNI_CACHE_DIR").unwrap_or_else(|| DEFAULT_CACHE_DIR.into()));
     let mut cni = CniConfig::new(path, cache);
     cni.on_plugin_stderr = Some(Box::new(|log| {
-        eprintln!("plugin {} ({}): {}", log.plugin_type, log.command.as_str(), log.stderr.trim_end());
+        eprintln!(
+            "plugin {} ({}): {}",
+            log.plugin_type,
+            log.command.as_str(),
+            log.stderr.trim_end()
+        );
     }));
 
     match a.op {
@@ -90,7 +95,10 @@ pub fn run(
                 .iter()
                 .map(|k| {
                     k.split_once('/')
-                        .map(|(c, i)| GcAttachment { container_id: c.into(), ifname: i.into() })
+                        .map(|(c, i)| GcAttachment {
+                            container_id: c.into(),
+                            ifname: i.into(),
+                        })
                         .ok_or_else(|| usage(&format!("--keep {k:?}: expected CONTAINERID/IFNAME")))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -99,10 +107,9 @@ pub fn run(
         Op::Add | Op::Check | Op::Del => {}
     }
 
-    let netns_arg = a
-        .netns
-        .as_deref()
-        .ok_or_else(|| usage("a network namespace (path or name) is required for add, check and del"))?;
+    let netns_arg = a.netns.as_deref().ok_or_else(|| {
+        usage("a network namespace (path or name) is required for add, check and del")
+    })?;
     let netns = netns_path(netns_arg)?;
     let capability_args = match env("CAP_ARGS") {
         None => Default::default(),
@@ -136,7 +143,11 @@ pub fn main(a: Args, getenv: &dyn Fn(&str) -> Option<String>) -> ExitCode {
     match run(&a, getenv, &mut std::io::stdout()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("plumb cni {}: {e} (CNI error code {})", format!("{:?}", a.op).to_lowercase(), e.code);
+            eprintln!(
+                "plumb cni {}: {e} (CNI error code {})",
+                format!("{:?}", a.op).to_lowercase(),
+                e.code
+            );
             ExitCode::FAILURE
         }
     }
@@ -149,7 +160,10 @@ mod tests {
     #[test]
     fn container_id_matches_cnitool() {
         // The ID in ../shared/fixtures/libcni, which cnitool derived from this path.
-        assert_eq!(container_id_for("/var/run/netns/fixture"), "cnitool-f44a90ca26003b1992e5");
+        assert_eq!(
+            container_id_for("/var/run/netns/fixture"),
+            "cnitool-f44a90ca26003b1992e5"
+        );
     }
 
     #[test]

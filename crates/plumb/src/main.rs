@@ -7,7 +7,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "plumb", version, about = "Attach pods to several networks (CNI delegating plugin)")]
+#[command(
+    name = "plumb",
+    version,
+    about = "Attach pods to several networks (CNI delegating plugin)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
