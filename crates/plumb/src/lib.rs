@@ -3,5 +3,7 @@
 //!
 //! - [`cnitool`]: `plumb cni`, an operator's tool that runs a network configuration list
 //!   against a network namespace, as the reference `cnitool` does.
+//! - [`config`]: plumb's configuration, Multus's keys accepted unchanged.
 
 pub mod cnitool;
+pub mod config;

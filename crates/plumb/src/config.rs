@@ -1,0 +1,455 @@
+//! plumb's own configuration: the JSON the runtime gives plumb on stdin when it runs as the CNI
+//! plugin. Multus's keys are accepted unchanged, with their defaults (multus-reference.md §1.1),
+//! so a Multus configuration file works as it is; plumb's own keys are prefixed `plumb`.
+//!
+//! Every key is known: a mistyped key is an error that names it, because a silently ignored
+//! setting (say `namespaceIsolaton`) is a security hole on a production cluster. Keys Multus
+//! itself ignores, and the thick-mode daemon keys that Multus merges into the request, are
+//! accepted with a warning the caller logs.
+
+use std::path::PathBuf;
+
+use cni::error::{CniError, ErrorCode};
+use cni::version::Version;
+use serde_json::{Map, Value};
+
+/// Multus's default `confDir`: where NADs with an empty `spec.config` are looked up as files.
+pub const DEFAULT_CONF_DIR: &str = "/etc/cni/multus/net.d";
+/// libcni's result cache base (DESIGN.md "Paths").
+pub const DEFAULT_CNI_DIR: &str = "/var/lib/cni";
+pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
+/// Where plumb keeps its attachment records (DESIGN.md "Paths").
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/plumb";
+
+/// `logLevel`, Multus's levels (multus-reference.md §2.15), least verbose first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Panic,
+    Error,
+    Verbose,
+    Debug,
+}
+
+/// The parsed configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub cni_version: Version,
+    pub name: String,
+    pub kubeconfig: Option<PathBuf>,
+    /// The cluster-wide default network: a NAD name (in `multus_namespace`), a network name in
+    /// `conf_dir`, or a path to a file or directory (multus-reference.md §1.1).
+    pub cluster_network: Option<String>,
+    pub default_networks: Vec<String>,
+    /// Inline delegate configs, used only when `cluster_network` is not set; the first is the
+    /// default network.
+    pub delegates: Vec<Value>,
+    pub namespace_isolation: bool,
+    /// Namespaces any pod may use NADs from with isolation on. Multus's default is `default`;
+    /// setting the key replaces it.
+    pub global_namespaces: Vec<String>,
+    /// Pods in these namespaces get no `defaultNetworks` and no network-status write.
+    pub system_namespaces: Vec<String>,
+    pub multus_namespace: String,
+    pub readiness_indicator_file: Option<PathBuf>,
+    pub conf_dir: PathBuf,
+    pub cni_dir: PathBuf,
+    pub bin_dir: PathBuf,
+    pub log_file: Option<PathBuf>,
+    pub log_level: LogLevel,
+    pub log_to_stderr: bool,
+    /// Declared capabilities: what the runtime passes in `runtime_config`.
+    pub capabilities: Map<String, Value>,
+    /// Filled by the runtime from `capabilities` (portMappings, bandwidth, pod annotations, …).
+    pub runtime_config: Map<String, Value>,
+    /// `plumbStateDir`: attachment records.
+    pub state_dir: PathBuf,
+    /// Warnings for the caller to log: keys accepted but without effect.
+    pub warnings: Vec<String>,
+}
+
+/// Keys Multus reads or tolerates that plumb accepts without acting on them, with the reason.
+const IGNORED: &[(&str, &str)] = &[
+    ("type", "the plugin's own type"),
+    (
+        "retryDeleteOnError",
+        "plumb always keeps its record until every DEL succeeded",
+    ),
+    ("logOptions", "log rotation is left to the node (logrotate)"),
+    ("prevResult", "plumb is not chained after another plugin"),
+    (
+        "cniConf",
+        "written by Multus's thin entrypoint but never read",
+    ),
+    (
+        "defaultnetworkwaitseconds",
+        "pre-v4 Multus key, superseded by readinessindicatorfile",
+    ),
+    (
+        "defaultnetworkfile",
+        "pre-v4 Multus key, superseded by readinessindicatorfile",
+    ),
+    (
+        "allowTryDeleteOnErr",
+        "misspelling of retryDeleteOnError in Multus's docs",
+    ),
+    (
+        "dns",
+        "libcni network-config field, unused by a delegating plugin",
+    ),
+    (
+        "ipam",
+        "libcni network-config field, unused by a delegating plugin",
+    ),
+    (
+        "args",
+        "libcni network-config field, unused by a delegating plugin",
+    ),
+    // Thick-mode daemon keys that Multus merges into every request (multus-reference.md §1.3).
+    ("socketDir", "a Multus daemon key"),
+    ("chrootDir", "a Multus daemon key"),
+    ("metricsPort", "a Multus daemon key"),
+    ("enablePprof", "a Multus daemon key"),
+    ("connectionLimit", "a Multus daemon key"),
+    ("perNodeCertificate", "a Multus daemon key"),
+    ("daemonSocketDir", "a Multus shim key"),
+    ("multusConfigFile", "a Multus daemon key"),
+    ("multusAutoconfigDir", "a Multus daemon key"),
+    ("multusMasterCNI", "a Multus daemon key"),
+    ("cniConfigDir", "a Multus daemon key"),
+    ("forceCNIVersion", "a Multus daemon key"),
+    ("overrideNetworkName", "a Multus daemon key"),
+];
+
+/// Multus keys plumb does not implement: refused, so nobody believes they are in effect.
+const UNSUPPORTED: &[(&str, &str)] = &[(
+    "auxiliaryCNIChainName",
+    "the auxiliary chain is not implemented; remove the key",
+)];
+
+fn invalid(msg: String) -> CniError {
+    CniError::new(
+        ErrorCode::InvalidConfig,
+        format!("plumb configuration: {msg}"),
+    )
+}
+
+struct Reader<'a> {
+    raw: &'a Map<String, Value>,
+}
+
+impl Reader<'_> {
+    fn string(&self, key: &str) -> Result<Option<String>, CniError> {
+        match self.raw.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.is_empty() => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(invalid(format!("{key:?} must be a string, not {v}"))),
+        }
+    }
+
+    fn path(&self, key: &str, default: &str) -> Result<PathBuf, CniError> {
+        Ok(PathBuf::from(
+            self.string(key)?.unwrap_or_else(|| default.into()),
+        ))
+    }
+
+    fn bool(&self, key: &str, default: bool) -> Result<bool, CniError> {
+        match self.raw.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(v) => Err(invalid(format!("{key:?} must be true or false, not {v}"))),
+        }
+    }
+
+    fn strings(&self, key: &str) -> Result<Option<Vec<String>>, CniError> {
+        match self.raw.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),
+                    _ => Err(invalid(format!(
+                        "{key:?} entry {i} must be a non-empty string, not {v}"
+                    ))),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(v) => Err(invalid(format!(
+                "{key:?} must be a list of strings, not {v}"
+            ))),
+        }
+    }
+
+    fn object(&self, key: &str) -> Result<Map<String, Value>, CniError> {
+        match self.raw.get(key) {
+            None | Some(Value::Null) => Ok(Map::new()),
+            Some(Value::Object(m)) => Ok(m.clone()),
+            Some(v) => Err(invalid(format!("{key:?} must be an object, not {v}"))),
+        }
+    }
+}
+
+const KNOWN: &[&str] = &[
+    "cniVersion",
+    "name",
+    "kubeconfig",
+    "clusterNetwork",
+    "defaultNetworks",
+    "delegates",
+    "namespaceIsolation",
+    "globalNamespaces",
+    "systemNamespaces",
+    "multusNamespace",
+    "readinessindicatorfile",
+    "confDir",
+    "cniDir",
+    "binDir",
+    "logFile",
+    "logLevel",
+    "logToStderr",
+    "capabilities",
+    "runtimeConfig",
+    "plumbStateDir",
+];
+
+impl Config {
+    /// Parses the stdin configuration.
+    pub fn parse(bytes: &[u8]) -> Result<Config, CniError> {
+        let raw = match serde_json::from_slice::<Value>(bytes) {
+            Ok(Value::Object(m)) => m,
+            Ok(_) => {
+                return Err(CniError::new(
+                    ErrorCode::DecodingFailure,
+                    "plumb configuration: not a JSON object",
+                ));
+            }
+            Err(e) => {
+                return Err(CniError::new(
+                    ErrorCode::DecodingFailure,
+                    format!("plumb configuration: invalid JSON: {e}"),
+                ));
+            }
+        };
+        let r = Reader { raw: &raw };
+        let mut warnings = Vec::new();
+        for key in raw.keys() {
+            if KNOWN.contains(&key.as_str()) {
+                continue;
+            }
+            if let Some((_, why)) = UNSUPPORTED.iter().find(|(k, _)| k == key) {
+                return Err(CniError::new(
+                    ErrorCode::UnsupportedField,
+                    format!("plumb configuration: key {key:?} is not supported: {why}"),
+                ));
+            }
+            match IGNORED.iter().find(|(k, _)| k == key) {
+                Some((_, why)) if *key != "type" => {
+                    warnings.push(format!("configuration key {key:?} is ignored: {why}"));
+                }
+                Some(_) => {}
+                None => {
+                    return Err(invalid(format!(
+                        "unknown key {key:?} (see docs/configuration.md for the keys plumb reads)"
+                    )));
+                }
+            }
+        }
+
+        let cni_version = Version::parse(&r.string("cniVersion")?.unwrap_or_default())
+            .and_then(Version::require_supported)
+            .map_err(|e| invalid(format!("\"cniVersion\": {}", e.msg)))?;
+        let name = r.string("name")?.unwrap_or_else(|| "plumb".into());
+        cni::validate::network_name(&name).map_err(|e| invalid(e.msg))?;
+
+        let cluster_network = r.string("clusterNetwork")?;
+        let delegates = match raw.get("delegates") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(d)) => d.clone(),
+            Some(v) => return Err(invalid(format!("\"delegates\" must be a list, not {v}"))),
+        };
+        for (i, d) in delegates.iter().enumerate() {
+            if !d.is_object() {
+                return Err(invalid(format!(
+                    "\"delegates\" entry {i} must be an object"
+                )));
+            }
+        }
+        if cluster_network.is_none() && delegates.is_empty() {
+            return Err(invalid(
+                "one of \"clusterNetwork\" or \"delegates\" must give the cluster-wide default \
+                 network"
+                    .into(),
+            ));
+        }
+        if cluster_network.is_some() && !delegates.is_empty() {
+            warnings.push(
+                "\"delegates\" is ignored because \"clusterNetwork\" is set (as Multus does)"
+                    .into(),
+            );
+        }
+
+        // Multus takes globalNamespaces as one comma-separated string; a list is accepted too.
+        let global_namespaces = match raw.get("globalNamespaces") {
+            None | Some(Value::Null) => vec!["default".to_string()],
+            Some(Value::String(s)) => s
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            Some(Value::Array(_)) => r.strings("globalNamespaces")?.unwrap_or_default(),
+            Some(v) => {
+                return Err(invalid(format!(
+                    "\"globalNamespaces\" must be a comma-separated string, not {v}"
+                )));
+            }
+        };
+
+        let log_level = match r.string("logLevel")?.map(|s| s.to_ascii_lowercase()) {
+            None => LogLevel::Panic,
+            Some(l) => match l.as_str() {
+                "panic" => LogLevel::Panic,
+                "error" => LogLevel::Error,
+                "verbose" => LogLevel::Verbose,
+                "debug" => LogLevel::Debug,
+                other => {
+                    return Err(invalid(format!(
+                        "\"logLevel\" {other:?} is not one of debug, verbose, error, panic"
+                    )));
+                }
+            },
+        };
+
+        Ok(Config {
+            cni_version,
+            name,
+            kubeconfig: r.string("kubeconfig")?.map(PathBuf::from),
+            cluster_network,
+            default_networks: r.strings("defaultNetworks")?.unwrap_or_default(),
+            delegates,
+            namespace_isolation: r.bool("namespaceIsolation", false)?,
+            global_namespaces,
+            system_namespaces: r
+                .strings("systemNamespaces")?
+                .unwrap_or_else(|| vec!["kube-system".into()]),
+            multus_namespace: r
+                .string("multusNamespace")?
+                .unwrap_or_else(|| "kube-system".into()),
+            readiness_indicator_file: r.string("readinessindicatorfile")?.map(PathBuf::from),
+            conf_dir: r.path("confDir", DEFAULT_CONF_DIR)?,
+            cni_dir: r.path("cniDir", DEFAULT_CNI_DIR)?,
+            bin_dir: r.path("binDir", DEFAULT_BIN_DIR)?,
+            log_file: r.string("logFile")?.map(PathBuf::from),
+            log_level,
+            log_to_stderr: r.bool("logToStderr", true)?,
+            capabilities: r.object("capabilities")?,
+            runtime_config: r.object("runtimeConfig")?,
+            state_dir: r.path("plumbStateDir", DEFAULT_STATE_DIR)?,
+            warnings,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn parse(v: Value) -> Result<Config, CniError> {
+        Config::parse(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn a_multus_thick_generated_config_parses_with_multus_defaults() {
+        // The shape Multus's config generator writes (multus-reference.md §1.5, §3.3).
+        let c = parse(json!({
+            "cniVersion": "0.3.1", "name": "multus-cni-network", "type": "multus-shim",
+            "logLevel": "verbose", "logToStderr": true,
+            "capabilities": {"portMappings": true, "bandwidth": true},
+            "clusterNetwork": "/host/etc/cni/net.d/10-flannel.conflist",
+            "daemonSocketDir": "/run/multus/",
+            "kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig"
+        }))
+        .unwrap();
+        assert_eq!(
+            c.cluster_network.as_deref(),
+            Some("/host/etc/cni/net.d/10-flannel.conflist")
+        );
+        assert_eq!(c.log_level, LogLevel::Verbose);
+        assert_eq!(c.global_namespaces, ["default"]);
+        assert_eq!(c.system_namespaces, ["kube-system"]);
+        assert_eq!(c.multus_namespace, "kube-system");
+        assert_eq!(c.conf_dir, PathBuf::from(DEFAULT_CONF_DIR));
+        assert_eq!(c.bin_dir, PathBuf::from(DEFAULT_BIN_DIR));
+        assert!(!c.namespace_isolation);
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("daemonSocketDir"));
+    }
+
+    #[test]
+    fn global_namespaces_is_a_comma_string_that_replaces_default() {
+        let c = parse(json!({"clusterNetwork": "x", "namespaceIsolation": true,
+            "globalNamespaces": " ns3, ns4 ,"}))
+        .unwrap();
+        assert_eq!(c.global_namespaces, ["ns3", "ns4"]);
+        assert!(c.namespace_isolation);
+    }
+
+    #[test]
+    fn mistyped_and_unknown_keys_are_errors_naming_the_key() {
+        let cases = [
+            (
+                json!({"clusterNetwork": "x", "namespaceIsolaton": true}),
+                "namespaceIsolaton",
+            ),
+            (
+                json!({"clusterNetwork": "x", "namespaceIsolation": "true"}),
+                "namespaceIsolation",
+            ),
+            (
+                json!({"clusterNetwork": "x", "defaultNetworks": "a,b"}),
+                "defaultNetworks",
+            ),
+            (
+                json!({"clusterNetwork": "x", "defaultNetworks": [""]}),
+                "defaultNetworks",
+            ),
+            (json!({"clusterNetwork": 7}), "clusterNetwork"),
+            (
+                json!({"clusterNetwork": "x", "logLevel": "loud"}),
+                "logLevel",
+            ),
+            (
+                json!({"clusterNetwork": "x", "cniVersion": "0.5.0"}),
+                "cniVersion",
+            ),
+            (json!({"clusterNetwork": "x", "delegates": {}}), "delegates"),
+            (json!({"delegates": [1]}), "delegates"),
+            (json!({"name": "x"}), "clusterNetwork"),
+        ];
+        for (v, key) in cases {
+            let e = parse(v.clone()).unwrap_err();
+            assert_eq!(e.code, 7, "{v}");
+            assert!(e.msg.contains(key), "{v}: {e}");
+        }
+        let e = parse(json!({"clusterNetwork": "x", "auxiliaryCNIChainName": "aux"})).unwrap_err();
+        assert_eq!(e.code, 2);
+        assert!(e.msg.contains("auxiliaryCNIChainName"));
+        assert_eq!(Config::parse(b"{").unwrap_err().code, 6);
+    }
+
+    #[test]
+    fn delegates_mode_and_plumb_keys() {
+        let c = parse(
+            json!({"cniVersion": "1.0.0", "delegates": [{"type": "bridge", "name": "cbr0"}],
+            "plumbStateDir": "/tmp/plumb-state", "logLevel": "DEBUG", "retryDeleteOnError": true}),
+        )
+        .unwrap();
+        assert_eq!(c.delegates.len(), 1);
+        assert_eq!(c.state_dir, PathBuf::from("/tmp/plumb-state"));
+        assert_eq!(c.log_level, LogLevel::Debug);
+        assert!(c.warnings.iter().any(|w| w.contains("retryDeleteOnError")));
+    }
+}
