@@ -4,6 +4,8 @@
 //! - [`cnitool`]: `plumb cni`, an operator's tool that runs a network configuration list
 //!   against a network namespace, as the reference `cnitool` does.
 //! - [`config`]: plumb's configuration, Multus's keys accepted unchanged.
+//! - [`record`]: the attachment records DEL works from.
 
 pub mod cnitool;
 pub mod config;
+pub mod record;

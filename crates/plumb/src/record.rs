@@ -1,0 +1,256 @@
+//! Attachment records: what plumb did to a pod sandbox, kept on disk so that DEL can always undo
+//! what ADD began (multi-net spec §7.2; DESIGN.md "The way of one ADD").
+//!
+//! One file per sandbox, `<stateDir>/<containerID>.json`, rewritten atomically (temporary file,
+//! fsync, rename) *before* each attachment runs, so a crash or a kill at any point leaves a record
+//! that names every delegate that may have done something. DEL reads it, so it needs neither the
+//! pod, the NADs nor the API server. The file carries a format `version`; an unreadable or
+//! corrupt record is an error that says so, never a silent "nothing to delete" (Multus issue
+//! #1087: a corrupt cache after a reboot leaked every IP of the pod).
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The record format this build writes and reads.
+pub const RECORD_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("attachment record {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error(
+        "attachment record {path} is corrupt ({why}); plumb will not guess what to delete: \
+         inspect the file, then delete the pod's attachments by hand or remove the file"
+    )]
+    Corrupt { path: PathBuf, why: String },
+    #[error(
+        "attachment record {path} has format version {found}, this plumb reads version \
+         {RECORD_VERSION}"
+    )]
+    Version { path: PathBuf, found: u32 },
+    #[error("invalid container ID for an attachment record: {0}")]
+    ContainerId(String),
+}
+
+impl From<RecordError> for cni::CniError {
+    fn from(e: RecordError) -> Self {
+        let code = match e {
+            RecordError::ContainerId(_) => cni::ErrorCode::InvalidEnvironment,
+            RecordError::Corrupt { .. } | RecordError::Version { .. } => {
+                cni::ErrorCode::DecodingFailure
+            }
+            RecordError::Io { .. } => cni::ErrorCode::Io,
+        };
+        cni::CniError::new(code, e.to_string())
+    }
+}
+
+/// How far one attachment got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Progress {
+    /// Recorded; its delegates may have run (partly). DEL must run.
+    Attempted,
+    /// ADD completed.
+    Added,
+}
+
+/// One attachment of the sandbox, with everything DEL needs to undo it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedAttachment {
+    /// `namespace/name` of the NAD, or the network name for config-file delegates.
+    pub network: String,
+    pub ifname: String,
+    /// The exact configuration list the delegates were run with.
+    pub config: Value,
+    /// Capability arguments given to the delegates.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub capability_args: Map<String, Value>,
+    /// The cluster-wide default network.
+    #[serde(default)]
+    pub default: bool,
+    /// The per-attachment device-info file to remove on DEL (device-info spec).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_info_file: Option<PathBuf>,
+    pub progress: Progress,
+}
+
+/// Everything plumb did to one sandbox.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub version: u32,
+    pub container_id: String,
+    pub netns: String,
+    #[serde(default)]
+    pub pod_namespace: String,
+    #[serde(default)]
+    pub pod_name: String,
+    #[serde(default)]
+    pub pod_uid: String,
+    /// CNI_ARGS given to every delegate.
+    #[serde(default)]
+    pub cni_args: Vec<(String, String)>,
+    pub attachments: Vec<RecordedAttachment>,
+}
+
+/// The directory of records.
+#[derive(Clone, Debug)]
+pub struct RecordStore {
+    dir: PathBuf,
+}
+
+impl RecordStore {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        RecordStore { dir: dir.into() }
+    }
+
+    /// `<dir>/<containerID>.json`; the container ID is validated so the name stays inside.
+    pub fn path(&self, container_id: &str) -> Result<PathBuf, RecordError> {
+        cni::validate::container_id(container_id).map_err(|e| RecordError::ContainerId(e.msg))?;
+        Ok(self.dir.join(format!("{container_id}.json")))
+    }
+
+    /// Writes the record atomically, creating the directory (0700).
+    pub fn save(&self, record: &Record) -> Result<(), RecordError> {
+        let path = self.path(&record.container_id)?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(|source| RecordError::Io {
+                path: self.dir.clone(),
+                source,
+            })?;
+        let bytes = serde_json::to_vec_pretty(record).expect("a record serialises");
+        cni::cache::write_atomic(&path, &bytes).map_err(|e| RecordError::Io {
+            path: path.clone(),
+            source: io::Error::other(e.msg),
+        })
+    }
+
+    /// The record of a sandbox; `Ok(None)` when there is none.
+    pub fn load(&self, container_id: &str) -> Result<Option<Record>, RecordError> {
+        let path = self.path(container_id)?;
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(RecordError::Io { path, source }),
+        };
+        let probe: Value = serde_json::from_slice(&bytes).map_err(|e| RecordError::Corrupt {
+            path: path.clone(),
+            why: e.to_string(),
+        })?;
+        let found = probe.get("version").and_then(Value::as_u64).unwrap_or(0);
+        if found != u64::from(RECORD_VERSION) {
+            return Err(RecordError::Version {
+                path,
+                found: found as u32,
+            });
+        }
+        serde_json::from_value(probe)
+            .map(Some)
+            .map_err(|e| RecordError::Corrupt {
+                path,
+                why: e.to_string(),
+            })
+    }
+
+    /// Removes a record; a missing one is fine (DEL is idempotent).
+    pub fn remove(&self, container_id: &str) -> Result<(), RecordError> {
+        let path = self.path(container_id)?;
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(RecordError::Io { path, source }),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn record() -> Record {
+        Record {
+            version: RECORD_VERSION,
+            container_id: "abc123".into(),
+            netns: "/var/run/netns/p".into(),
+            pod_namespace: "default".into(),
+            pod_name: "web".into(),
+            pod_uid: "u-1".into(),
+            cni_args: vec![("K8S_POD_NAME".into(), "web".into())],
+            attachments: vec![RecordedAttachment {
+                network: "default/net-a".into(),
+                ifname: "net1".into(),
+                config: json!({"cniVersion": "1.0.0", "name": "net-a", "plugins": [{"type": "bridge"}]}),
+                capability_args: Map::new(),
+                default: false,
+                device_info_file: None,
+                progress: Progress::Attempted,
+            }],
+        }
+    }
+
+    #[test]
+    fn saves_atomically_and_loads_back() {
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path().join("plumb"));
+        assert!(store.load("abc123").unwrap().is_none());
+        let mut r = record();
+        store.save(&r).unwrap();
+        r.attachments[0].progress = Progress::Added;
+        store.save(&r).unwrap();
+        assert_eq!(store.load("abc123").unwrap().unwrap(), r);
+        let mode = fs::metadata(store.dir()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        assert_eq!(
+            fs::read_dir(store.dir()).unwrap().count(),
+            1,
+            "no temp file left"
+        );
+        store.remove("abc123").unwrap();
+        store.remove("abc123").unwrap();
+        assert!(store.load("abc123").unwrap().is_none());
+    }
+
+    #[test]
+    fn corrupt_and_foreign_versions_are_errors_not_silence() {
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        fs::write(d.path().join("abc123.json"), "{\"version\":1,").unwrap();
+        let e = store.load("abc123").unwrap_err();
+        assert!(matches!(e, RecordError::Corrupt { .. }), "{e}");
+        assert!(e.to_string().contains("corrupt"));
+        fs::write(d.path().join("abc123.json"), r#"{"version":9}"#).unwrap();
+        assert!(matches!(
+            store.load("abc123").unwrap_err(),
+            RecordError::Version { found: 9, .. }
+        ));
+        fs::write(
+            d.path().join("abc123.json"),
+            r#"{"version":1,"attachments":"x"}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            store.load("abc123").unwrap_err(),
+            RecordError::Corrupt { .. }
+        ));
+        let e: cni::CniError = store.load("../etc/passwd").unwrap_err().into();
+        assert_eq!(e.code, 4);
+    }
+}
