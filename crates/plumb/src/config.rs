@@ -313,10 +313,13 @@ impl Config {
                 "error" => LogLevel::Error,
                 "verbose" => LogLevel::Verbose,
                 "debug" => LogLevel::Debug,
+                // Multus warns and keeps its default here; a drop-in must not fail pods over it.
                 other => {
-                    return Err(invalid(format!(
-                        "\"logLevel\" {other:?} is not one of debug, verbose, error, panic"
-                    )));
+                    warnings.push(format!(
+                        "\"logLevel\" {other:?} is not one of debug, verbose, error, panic; \
+                         using panic"
+                    ));
+                    LogLevel::Panic
                 }
             },
         };
@@ -438,6 +441,9 @@ mod tests {
         assert_eq!(e.code, 2);
         assert!(e.msg.contains("auxiliaryCNIChainName"));
         assert_eq!(Config::parse(b"{").unwrap_err().code, 6);
+        let c = parse(json!({"clusterNetwork": "x", "logLevel": "info"})).unwrap();
+        assert_eq!(c.log_level, LogLevel::Panic);
+        assert!(c.warnings[0].contains("info"), "{:?}", c.warnings);
     }
 
     #[test]
