@@ -421,10 +421,6 @@ mod tests {
             ),
             (json!({"clusterNetwork": 7}), "clusterNetwork"),
             (
-                json!({"clusterNetwork": "x", "logLevel": "loud"}),
-                "logLevel",
-            ),
-            (
                 json!({"clusterNetwork": "x", "cniVersion": "0.5.0"}),
                 "cniVersion",
             ),
