@@ -1,0 +1,336 @@
+//! Device information files (device-info spec 1.1.0 §4): where they are, and reading, writing,
+//! copying and deleting them. Local file I/O only.
+//!
+//! - Device Plugin files (§4.1): `<base>/dp/<resourceName with "/" as "->-<deviceID>-device.json`.
+//! - CNI files (§4.2): `<base>/cni/<UniqueFileName>`, one per attachment. The name is Multus's
+//!   `<network with "/" as "->-<containerID>_<ifname>`, with every byte that could make it escape
+//!   the directory or make two attachments share a name percent-escaped (see [`cni_file_name`]).
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use thiserror::Error;
+
+use crate::device_info::{DeviceInfo, DeviceInfoError};
+
+/// The default base directory (device-info spec §4.1, §4.2).
+pub const DEFAULT_BASE_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo";
+
+/// A device-info file that cannot be used.
+#[derive(Debug, Error)]
+pub enum DeviceInfoFileError {
+    #[error("device-info file {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("device-info file {path}: {source}")]
+    Invalid {
+        path: PathBuf,
+        source: DeviceInfoError,
+    },
+}
+
+impl From<DeviceInfoFileError> for cni::CniError {
+    fn from(e: DeviceInfoFileError) -> Self {
+        let code = match e {
+            DeviceInfoFileError::Io { .. } => cni::ErrorCode::Io,
+            DeviceInfoFileError::Invalid { .. } => cni::ErrorCode::InvalidConfig,
+        };
+        cni::CniError::new(code, e.to_string())
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> DeviceInfoFileError + '_ {
+    move |source| DeviceInfoFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Appends `s` to `out`, keeping the bytes `keep` accepts and writing every other byte as `%XX`.
+fn escape_into(out: &mut String, s: &str, keep: impl Fn(u8) -> bool) {
+    for b in s.bytes() {
+        if keep(b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+}
+
+/// The CNI device-info file name for one attachment (device-info spec §4.2: "unique per network
+/// attachment"). For ordinary values it is Multus's name, e.g. `ns1-sriov-net-<id>_net1`:
+/// the network with `/` as `-`, `-`, the container ID, `_`, the interface name.
+///
+/// Whatever the inputs hold, the name has no `/` and is never `.` or `..` (it always contains
+/// `-` and `_`), so it stays in its directory. It is unique per attachment: bytes outside
+/// `[A-Za-z0-9.-]` in the network (except `/`), outside `[A-Za-z0-9.]` in the container ID and
+/// outside `[A-Za-z0-9._-]` in the interface name are written `%XX`, so the first `_` ends the
+/// container ID and the last `-` before it starts it; the (container ID, interface name) pair,
+/// unique among a pod's attachments, can be read back.
+pub fn cni_file_name(network: &str, container_id: &str, ifname: &str) -> String {
+    let mut out = String::with_capacity(network.len() + container_id.len() + ifname.len() + 2);
+    for part in network.split('/').enumerate() {
+        if part.0 > 0 {
+            out.push('-');
+        }
+        escape_into(&mut out, part.1, |b| {
+            b.is_ascii_alphanumeric() || b == b'.' || b == b'-'
+        });
+    }
+    out.push('-');
+    escape_into(&mut out, container_id, |b| {
+        b.is_ascii_alphanumeric() || b == b'.'
+    });
+    out.push('_');
+    escape_into(&mut out, ifname, |b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')
+    });
+    out
+}
+
+/// The device plugin's file name for a device (device-info spec §4.1): `/` in the resource name
+/// becomes `-`; the device ID gets the same treatment so that it cannot name another directory.
+pub fn dp_file_name(resource_name: &str, device_id: &str) -> String {
+    format!(
+        "{}-{}-device.json",
+        resource_name.replace('/', "-"),
+        device_id.replace('/', "-")
+    )
+}
+
+/// The device-info directories under one base (configurable for tests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfoDirs {
+    pub base: PathBuf,
+}
+
+impl Default for DeviceInfoDirs {
+    fn default() -> Self {
+        DeviceInfoDirs::new(DEFAULT_BASE_DIR)
+    }
+}
+
+impl DeviceInfoDirs {
+    pub fn new(base: impl Into<PathBuf>) -> Self {
+        DeviceInfoDirs { base: base.into() }
+    }
+
+    /// `<base>/dp`.
+    pub fn dp_dir(&self) -> PathBuf {
+        self.base.join("dp")
+    }
+
+    /// `<base>/cni`.
+    pub fn cni_dir(&self) -> PathBuf {
+        self.base.join("cni")
+    }
+
+    /// The device plugin's file for `device_id` of `resource_name` (§4.1).
+    pub fn dp_path(&self, resource_name: &str, device_id: &str) -> PathBuf {
+        self.dp_dir().join(dp_file_name(resource_name, device_id))
+    }
+
+    /// The attachment's CNI file (§4.2), the value of `runtimeConfig.CNIDeviceInfoFile` (§5.1).
+    pub fn cni_path(&self, network: &str, container_id: &str, ifname: &str) -> PathBuf {
+        self.cni_dir()
+            .join(cni_file_name(network, container_id, ifname))
+    }
+
+    /// Reads a device plugin's file; `None` when there is none (device plugins write one only
+    /// for some resources).
+    pub fn read_dp(
+        &self,
+        resource_name: &str,
+        device_id: &str,
+    ) -> Result<Option<DeviceInfo>, DeviceInfoFileError> {
+        read(&self.dp_path(resource_name, device_id))
+    }
+
+    /// Copies the device plugin's file for the device into the attachment's CNI file (§4.2.1),
+    /// creating the directory. Returns whether there was a file to copy. The copy is checked
+    /// first, so an invalid device plugin file fails here rather than in the status.
+    pub fn copy_dp_to_cni(
+        &self,
+        resource_name: &str,
+        device_id: &str,
+        cni_path: &Path,
+    ) -> Result<bool, DeviceInfoFileError> {
+        match self.read_dp(resource_name, device_id)? {
+            None => Ok(false),
+            Some(info) => {
+                write(cni_path, &info)?;
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// Reads and checks a device-info file; `None` when it does not exist.
+pub fn read(path: &Path) -> Result<Option<DeviceInfo>, DeviceInfoFileError> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    DeviceInfo::parse(&bytes)
+        .map(Some)
+        .map_err(|source| DeviceInfoFileError::Invalid {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Writes a device-info file, creating its directory (§4.1.1, §4.2.1, §5.1.2). The content
+/// goes to a temporary file in the same directory first and is renamed into place, so a
+/// reader never sees half a file.
+pub fn write(path: &Path, info: &DeviceInfo) -> Result<(), DeviceInfoFileError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let file_name = path.file_name().ok_or_else(|| {
+        io_err(path)(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the path has no file name",
+        ))
+    })?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(file_name);
+    // Unique per process and per call, so concurrent writers never share a temporary file.
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    tmp_name.push(format!(".tmp{}-{n}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let bytes = serde_json::to_vec(info).map_err(|e| io_err(path)(io::Error::other(e)))?;
+    let result = (|| {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.map_err(io_err(path))
+}
+
+/// Deletes a device-info file (§4.2.1: on DEL). A file that is already gone is not an error, so
+/// DEL can be repeated.
+pub fn delete(path: &Path) -> Result<(), DeviceInfoFileError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err(path)(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device_info::PciDevice;
+
+    #[test]
+    fn names_match_multus_for_ordinary_values() {
+        assert_eq!(
+            cni_file_name("test/sriov-net", "cid123", "net2"),
+            "test-sriov-net-cid123_net2"
+        );
+        assert_eq!(
+            dp_file_name("intel.com/sriov_netdevice", "0000:18:02.5"),
+            "intel.com-sriov_netdevice-0000:18:02.5-device.json"
+        );
+        let dirs = DeviceInfoDirs::default();
+        assert_eq!(
+            dirs.cni_path("ns/n", "c", "net1"),
+            Path::new("/var/run/k8s.cni.cncf.io/devinfo/cni/ns-n-c_net1")
+        );
+        assert_eq!(
+            dirs.dp_path("a/b", "1"),
+            Path::new("/var/run/k8s.cni.cncf.io/devinfo/dp/a-b-1-device.json")
+        );
+    }
+
+    #[test]
+    fn hostile_inputs_stay_in_the_directory_and_apart() {
+        let dirs = DeviceInfoDirs::new("/base");
+        for (net, cid, ifname) in [
+            ("..", "..", ".."),
+            ("../../etc", "../x", "../../y"),
+            ("", "", ""),
+            ("a\0b", "c\nd", "e f"),
+            ("/", "/", "/"),
+        ] {
+            let p = dirs.cni_path(net, cid, ifname);
+            assert_eq!(p.parent(), Some(Path::new("/base/cni")), "{p:?}");
+            let name = p.file_name().unwrap().to_str().unwrap();
+            assert!(name != "." && name != ".." && !name.contains('/') && !name.contains('\0'));
+        }
+        // Splits that Multus's naming would merge stay apart.
+        assert_ne!(
+            cni_file_name("n", "a_b", "c"),
+            cni_file_name("n", "a", "b_c")
+        );
+        assert_ne!(
+            cni_file_name("n-a", "b", "c"),
+            cni_file_name("n", "a-b", "c")
+        );
+        assert_eq!(cni_file_name("n", "a_b", "c"), "n-a%5Fb_c");
+        let dp = dirs.dp_path("../../x", "../y");
+        assert_eq!(dp.parent(), Some(Path::new("/base/dp")));
+    }
+
+    #[test]
+    fn write_read_copy_delete() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs = DeviceInfoDirs::new(tmp.path().join("devinfo"));
+        let info = DeviceInfo::pci(PciDevice {
+            pci_address: "0000:18:02.5".into(),
+            pf_pci_address: Some("0000:18:00.0".into()),
+            ..PciDevice::default()
+        });
+        let dp = dirs.dp_path("intel.com/sriov", "0000:18:02.5");
+        let cni = dirs.cni_path("ns1/sriov-net", "cid", "net1");
+        assert_eq!(
+            dirs.read_dp("intel.com/sriov", "0000:18:02.5").unwrap(),
+            None
+        );
+        assert!(
+            !dirs
+                .copy_dp_to_cni("intel.com/sriov", "0000:18:02.5", &cni)
+                .unwrap()
+        );
+        assert!(!cni.exists());
+
+        write(&dp, &info).unwrap();
+        assert_eq!(read(&dp).unwrap(), Some(info.clone()));
+        assert!(
+            dirs.copy_dp_to_cni("intel.com/sriov", "0000:18:02.5", &cni)
+                .unwrap()
+        );
+        assert_eq!(read(&cni).unwrap(), Some(info.clone()));
+        // Writing again replaces the file (a retried ADD).
+        write(&cni, &info).unwrap();
+        let names: Vec<_> = fs::read_dir(dirs.cni_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from("ns1-sriov-net-cid_net1")]
+        );
+
+        delete(&cni).unwrap();
+        assert!(!cni.exists());
+        delete(&cni).unwrap();
+
+        fs::write(&cni, br#"{"type":"pci","version":"1.1.0"}"#).unwrap();
+        let e = read(&cni).unwrap_err();
+        assert!(e.to_string().contains("the \"pci\" map is missing"), "{e}");
+        assert!(e.to_string().contains("ns1-sriov-net-cid_net1"), "{e}");
+        assert_eq!(cni::CniError::from(e).code, 7);
+        let e = read(tmp.path()).unwrap_err();
+        assert_eq!(cni::CniError::from(e).code, 5);
+    }
+}

@@ -1,0 +1,195 @@
+//! The JSON list format of the selection annotation (multi-net spec §4.1.2): a list of objects,
+//! one per attachment, with the keys of §4.1.2.1 and Multus's `deviceID` and `interfaceRequest`.
+//!
+//! A `null` value counts as an absent key (Go reads both the same way). Keys are checked in the
+//! spec's order, so the first problem reported is the first the spec lists.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::validate::{self, string, type_name};
+use super::{NetworkSelectionElement, SelectionError};
+use crate::names;
+
+/// The keys this version reads; every other key is kept in `extensions`.
+const KNOWN_KEYS: &[&str] = &[
+    "name",
+    "namespace",
+    "ips",
+    "mac",
+    "interface",
+    "interfaceRequest",
+    "cni-args",
+    "portMappings",
+    "bandwidth",
+    "default-route",
+    "infiniband-guid",
+    "ipam-claim-reference",
+    "deviceID",
+];
+
+/// Parses a JSON list annotation value.
+pub fn parse(value: &str) -> Result<Vec<NetworkSelectionElement>, SelectionError> {
+    let parsed: Value = serde_json::from_str(value).map_err(|e| SelectionError::Malformed {
+        reason: format!("not a valid JSON list: {e}"),
+    })?;
+    let Value::Array(list) = parsed else {
+        return Err(SelectionError::Malformed {
+            reason: format!(
+                "expected a JSON list of network selection elements, not {}",
+                type_name(&parsed)
+            ),
+        });
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| element(i + 1, v))
+        .collect()
+}
+
+/// Reads and checks one element at `position` (1-based).
+pub fn element(position: usize, value: &Value) -> Result<NetworkSelectionElement, SelectionError> {
+    let Value::Object(m) = value else {
+        return Err(SelectionError::element(
+            position,
+            None,
+            None,
+            format!("expected an object, not {}", type_name(value)),
+        ));
+    };
+    let name = match m.get("name") {
+        None | Some(Value::Null) => {
+            return Err(SelectionError::element(
+                position,
+                None,
+                Some("name"),
+                "the key is required",
+            ));
+        }
+        Some(v) => {
+            let s = string(v)
+                .map_err(|why| SelectionError::element(position, None, Some("name"), why))?;
+            if let Some(why) = names::dns1123_label_problem(s) {
+                return Err(SelectionError::element(
+                    position,
+                    Some(s),
+                    Some("name"),
+                    format!("{s:?} is not a valid DNS-1123 label: {why}"),
+                ));
+            }
+            s.to_string()
+        }
+    };
+    let fail =
+        |key: &str, why: String| SelectionError::element(position, Some(&name), Some(key), why);
+    // A key's value, when present and not null.
+    let get = |key: &str| m.get(key).filter(|v| !v.is_null());
+
+    let namespace = match get("namespace") {
+        None => None,
+        Some(v) => {
+            let s = string(v).map_err(|why| fail("namespace", why))?;
+            if s.is_empty() {
+                // §4.1.2.1.1: "missing or empty" both mean the pod's namespace.
+                None
+            } else {
+                if let Some(why) = names::dns1123_label_problem(s) {
+                    return Err(fail(
+                        "namespace",
+                        format!("{s:?} is not a valid DNS-1123 label: {why}"),
+                    ));
+                }
+                Some(s.to_string())
+            }
+        }
+    };
+    let ips = match get("ips") {
+        None => Vec::new(),
+        Some(v) => validate::ips(v).map_err(|why| fail("ips", why))?,
+    };
+    let mac = get("mac")
+        .map(validate::hw_addr::<6>)
+        .transpose()
+        .map_err(|why| fail("mac", why))?;
+    let interface = match (get("interface"), get("interfaceRequest")) {
+        (Some(v), _) => Some(validate::interface(v).map_err(|why| fail("interface", why))?),
+        // Multus's deprecated alias, read only when `interface` is absent.
+        (None, Some(v)) => {
+            Some(validate::interface(v).map_err(|why| fail("interfaceRequest", why))?)
+        }
+        (None, None) => None,
+    };
+    let cni_args = get("cni-args")
+        .map(validate::cni_args)
+        .transpose()
+        .map_err(|why| fail("cni-args", why))?;
+    let port_mappings = match get("portMappings") {
+        None => Vec::new(),
+        Some(v) => validate::port_mappings(v).map_err(|why| fail("portMappings", why))?,
+    };
+    let bandwidth = get("bandwidth")
+        .map(validate::bandwidth)
+        .transpose()
+        .map_err(|why| fail("bandwidth", why))?;
+    let default_route = get("default-route")
+        .map(validate::default_route)
+        .transpose()
+        .map_err(|why| fail("default-route", why))?;
+    let infiniband_guid = get("infiniband-guid")
+        .map(validate::hw_addr::<8>)
+        .transpose()
+        .map_err(|why| fail("infiniband-guid", why))?;
+    let ipam_claim_reference = match get("ipam-claim-reference") {
+        None => None,
+        Some(v) => {
+            let s = string(v).map_err(|why| fail("ipam-claim-reference", why))?;
+            // An IPAMClaim is a custom resource: its name is a DNS-1123 subdomain (§8.3).
+            if let Some(why) = names::dns1123_subdomain_problem(s) {
+                return Err(fail(
+                    "ipam-claim-reference",
+                    format!("{s:?} is not a valid IPAMClaim name: {why}"),
+                ));
+            }
+            if !ips.is_empty() {
+                // §4.1.2.1.11: a static IP request and a claim reference are an error together.
+                return Err(fail(
+                    "ipam-claim-reference",
+                    "cannot be used together with \"ips\"".into(),
+                ));
+            }
+            Some(s.to_string())
+        }
+    };
+    let device_id = match get("deviceID") {
+        None => None,
+        Some(v) => {
+            let s = string(v).map_err(|why| fail("deviceID", why))?;
+            if s.is_empty() {
+                return Err(fail("deviceID", "must not be empty".into()));
+            }
+            Some(s.to_string())
+        }
+    };
+    let extensions: BTreeMap<String, Value> = m
+        .iter()
+        .filter(|(k, _)| !KNOWN_KEYS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+
+    Ok(NetworkSelectionElement {
+        name,
+        namespace,
+        ips,
+        mac,
+        interface,
+        cni_args,
+        port_mappings,
+        bandwidth,
+        default_route,
+        infiniband_guid,
+        ipam_claim_reference,
+        device_id,
+        extensions,
+    })
+}
