@@ -200,6 +200,11 @@ impl NetworkConfigList {
     /// end.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, CniError> {
         let raw = decode_object(bytes, "network configuration list")?;
+        Self::from_map(raw, bytes.to_vec())
+    }
+
+    /// The list held in `raw`, read from `bytes`.
+    fn from_map(raw: Map<String, Value>, bytes: Vec<u8>) -> Result<Self, CniError> {
         let name = match read_string(&raw, "name")? {
             Some(n) => n.to_string(),
             None => return Err(invalid("missing network name (key \"name\")")),
@@ -242,7 +247,7 @@ impl NetworkConfigList {
             name,
             plugins,
             raw,
-            bytes: bytes.to_vec(),
+            bytes,
         })
     }
 
@@ -258,8 +263,11 @@ impl NetworkConfigList {
             }
         }
         list.insert("plugins".into(), Value::Array(vec![Value::Object(raw)]));
-        let bytes = serde_json::to_vec(&list).expect("a JSON map serialises");
-        Self::from_bytes(&bytes)
+        // The map itself becomes the list, with no second parse.
+        let bytes = serde_json::to_vec(&list).map_err(|e| {
+            CniError::new(ErrorCode::Internal, format!("serialising the list: {e}"))
+        })?;
+        Self::from_map(list, bytes)
     }
 
     /// A list or a single config, told apart by the `plugins` key (as NADs hold either,
@@ -433,5 +441,15 @@ mod tests {
         assert_eq!(any, l);
         let e = NetworkConfigList::from_conf_bytes(br#"{"name":"x"}"#).unwrap_err();
         assert!(e.msg.contains("type"), "{e}");
+    }
+
+    #[test]
+    fn a_single_conf_keeps_every_value_exactly() {
+        // fuzz/crashes/cni_config/conf-float-reparse.json: an integer too large for u64 is
+        // read as a float that serde_json's parser does not read back to the same value.
+        let conf = br#"{"name":"x_lo","type":"7ck","ic":1111111111111111111003}"#;
+        let original: Value = serde_json::from_slice(conf).unwrap();
+        let l = NetworkConfigList::from_conf_bytes(conf).unwrap();
+        assert_eq!(Value::Object(l.plugins[0].raw.clone()), original);
     }
 }

@@ -1,1 +1,9 @@
-//! testkit
+//! Test support for plumb's crates (a dev-dependency only, never shipped).
+//!
+//! - [`fake_plugin`]: a recording fake CNI plugin, a real executable that a runtime finds in
+//!   `CNI_PATH`, which keeps the exact stdin and environment of every call.
+//! - [`netns`]: real network namespaces, links and `ip -j` read-backs for tests that run the
+//!   reference plugins (they need root; CI runs as root).
+
+pub mod fake_plugin;
+pub mod netns;
