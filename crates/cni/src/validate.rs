@@ -55,7 +55,8 @@ pub fn network_name(name: &str) -> Result<(), CniError> {
 }
 
 /// Linux interface name rules (the reference `ValidateInterfaceName`): non-empty, at most 15
-/// bytes, not "." or "..", no '/', ':' or whitespace. Returns why it is invalid.
+/// bytes, not "." or "..", no '/', ':' or whitespace; nor NUL, which a C string (the kernel's
+/// name, `CNI_IFNAME`) cannot hold. Returns why it is invalid.
 pub fn interface_name_problem(name: &str) -> Option<&'static str> {
     if name.is_empty() {
         Some("interface name must not be empty")
@@ -65,9 +66,9 @@ pub fn interface_name_problem(name: &str) -> Option<&'static str> {
         Some("interface name must not be '.' or '..'")
     } else if name
         .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace())
+        .any(|c| c == '/' || c == ':' || c == '\0' || c.is_whitespace())
     {
-        Some("interface name must not contain '/', ':' or whitespace")
+        Some("interface name must not contain '/', ':', NUL or whitespace")
     } else {
         None
     }
@@ -134,6 +135,7 @@ mod tests {
             ("a:b", "':'"),
             ("a b", "whitespace"),
             ("a\tb", "whitespace"),
+            ("a\0b", "NUL"),
             ("éééééééé", "15"), // 16 bytes
         ] {
             let e = interface_name(bad).unwrap_err();

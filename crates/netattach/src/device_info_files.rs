@@ -11,6 +11,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::device_info::{DeviceInfo, DeviceInfoError};
@@ -68,7 +69,25 @@ fn escape_into(out: &mut String, s: &str, keep: impl Fn(u8) -> bool) {
 /// outside `[A-Za-z0-9._-]` in the interface name are written `%XX`, so the first `_` ends the
 /// container ID and the last `-` before it starts it; the (container ID, interface name) pair,
 /// unique among a pod's attachments, can be read back.
+///
+/// A name longer than [`MAX_CNI_FILE_NAME`] bytes (a file name may have 255, and writing adds a
+/// temporary suffix) keeps its first bytes and ends with a SHA-256 digest of the whole name, so
+/// it stays unique instead of failing with ENAMETOOLONG.
 pub fn cni_file_name(network: &str, container_id: &str, ifname: &str) -> String {
+    let full = full_cni_file_name(network, container_id, ifname);
+    if full.len() <= MAX_CNI_FILE_NAME {
+        return full;
+    }
+    let digest = Sha256::digest(full.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    // Every byte of `full` is ASCII (the escaping above), so any cut is a char boundary.
+    format!("{}~{hex}", &full[..MAX_CNI_FILE_NAME - 1 - hex.len()])
+}
+
+/// The longest CNI device-info file name, in bytes.
+pub const MAX_CNI_FILE_NAME: usize = 200;
+
+fn full_cni_file_name(network: &str, container_id: &str, ifname: &str) -> String {
     let mut out = String::with_capacity(network.len() + container_id.len() + ifname.len() + 2);
     for part in network.split('/').enumerate() {
         if part.0 > 0 {
@@ -250,6 +269,28 @@ mod tests {
             dirs.dp_path("a/b", "1"),
             Path::new("/var/run/k8s.cni.cncf.io/devinfo/dp/a-b-1-device.json")
         );
+    }
+
+    #[test]
+    fn very_long_names_are_capped_and_stay_apart() {
+        let long = "x".repeat(300);
+        let a = cni_file_name(&long, "c1", "net1");
+        let b = cni_file_name(&long, "c2", "net1");
+        assert_eq!(a.len(), MAX_CNI_FILE_NAME);
+        assert_ne!(a, b);
+        assert!(!a.contains('/'));
+        let short = cni_file_name("ns/net", "c1", "net1");
+        assert_eq!(short, "ns-net-c1_net1");
+        // Writing works with the longest name (temporary suffix included).
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs = DeviceInfoDirs::new(tmp.path());
+        let info: DeviceInfo = serde_json::from_str(
+            r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:18:02.5"}}"#,
+        )
+        .unwrap();
+        let path = dirs.cni_path(&long, &long, "net1");
+        write(&path, &info).unwrap();
+        assert_eq!(read(&path).unwrap(), Some(info));
     }
 
     #[test]

@@ -138,8 +138,12 @@ pub fn build(input: &StatusInput<'_>) -> NetworkStatus {
             let sandbox = r.interfaces.iter().position(|i| !i.sandbox.is_empty());
             if let Some(idx) = sandbox {
                 if let Some(iface) = r.interfaces.get(idx) {
-                    entry.interface = non_empty(&iface.name);
-                    entry.mac = non_empty(&iface.mac);
+                    // A nameless sandbox interface is the one CNI_IFNAME named; `mac` only
+                    // with an `interface` (§5.3.4: "if mac is present, interface must also be").
+                    entry.interface = non_empty(&iface.name).or_else(|| non_empty(input.ifname));
+                    if entry.interface.is_some() {
+                        entry.mac = non_empty(&iface.mac);
+                    }
                 }
             } else if r.cni_version < Version::V0_3_0 {
                 // §5.3.2.1: "may populate the field from the CNI_IFNAME environment variable".

@@ -11,6 +11,13 @@ fn dns_is_empty(d: &Dns) -> bool {
     d.is_empty()
 }
 
+/// An `ips[].interface` index. Go's reference types hold it as a signed `*int`, and a negative
+/// index means "no interface" (multi-net spec §5.3.3.1), so plugins that write -1 are read
+/// rather than refused.
+fn interface_index<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    Ok(Option::<i64>::deserialize(d)?.and_then(|i| usize::try_from(i).ok()))
+}
+
 /// 0.1.0 and 0.2.0.
 #[derive(Serialize, Deserialize)]
 pub(super) struct Result020 {
@@ -115,7 +122,11 @@ struct IpConfig040 {
     /// address itself says which family it is.
     #[serde(default)]
     version: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "interface_index"
+    )]
     interface: Option<usize>,
     address: IpNet,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -206,7 +217,11 @@ pub(super) struct Result100 {
 
 #[derive(Serialize, Deserialize)]
 struct IpConfig100 {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "interface_index"
+    )]
     interface: Option<usize>,
     address: IpNet,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -54,6 +54,20 @@ fn takes_interface_mac_and_ips_of_the_first_sandbox_interface() {
 }
 
 #[test]
+fn a_nameless_sandbox_interface_is_cni_ifname_and_mac_never_stands_alone() {
+    // Found by the netattach_status fuzz target: §5.3.4 wants no `mac` without `interface`.
+    let r = result(json!({"cniVersion": "1.0.0",
+        "interfaces": [{"name": "", "mac": "02:00:00:00:00:01", "sandbox": "/var/run/netns/p"}]}));
+    let e = build(&input("ns/a", Some(&r)));
+    assert_eq!(e.interface.as_deref(), Some("net1"));
+    assert_eq!(e.mac.as_deref(), Some("02:00:00:00:00:01"));
+    let mut i = input("ns/a", Some(&r));
+    i.ifname = "";
+    let e = build(&i);
+    assert_eq!((e.interface, e.mac), (None, None));
+}
+
+#[test]
 fn without_a_sandbox_interface_the_unindexed_ips_are_used() {
     let r = result(json!({
         "cniVersion": "0.4.0",
