@@ -5,7 +5,11 @@
 //!   against a network namespace, as the reference `cnitool` does.
 //! - [`config`]: plumb's configuration, Multus's keys accepted unchanged.
 //! - [`record`]: the attachment records DEL works from.
+//! - [`pod_args`]: which pod a CNI call is for (`K8S_POD_*` in `CNI_ARGS`).
+//! - [`plan`]: a pod's ordered attachments, computed without side effects.
 
 pub mod cnitool;
 pub mod config;
+pub mod plan;
+pub mod pod_args;
 pub mod record;

@@ -1,0 +1,348 @@
+//! Planning a pod's attachments: pod + NADs + plumb's configuration + the CNI request → the
+//! ordered list of attachments, each with everything its delegates will be given. Nothing runs
+//! here; objects and files are reached only through the [`Networks`] seam, so a plan can be
+//! computed and shown without touching the node (`plumb plan`) and tested table-style.
+//!
+//! The order (multi-net spec §6.2, Multus `GetNetworkDelegates`): the cluster-wide default
+//! network first (`clusterNetwork`, or the pod's `v1.multus-cni.io/default-network` override, or
+//! `delegates[0]`), then the other inline `delegates`, then `defaultNetworks` (not for pods in
+//! `systemNamespaces`), then each element of the pod's `k8s.v1.cni.cncf.io/networks` annotation.
+//!
+//! Every check that can fail is made here, before anything runs (DESIGN.md practice 7): an
+//! invalid annotation, a NAD that is missing or not allowed (§7.4), a capability no plugin
+//! declares (§4.1.2.1.3.2), an interface name used twice (§4.1.2.1.5).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::Path;
+
+use cni::NetworkConfigList;
+use cni::error::{CniError, ErrorCode};
+use netattach::nad::NadConfig;
+use netattach::runtime_config::{apply_cni_args, capability_args, check_capabilities};
+use netattach::selection::{self, NETWORKS_ANNOTATION, NetworkSelectionElement};
+use netattach::{NetworkAttachmentDefinition, NetworkRef};
+use serde_json::{Map, Value};
+
+use crate::config::Config;
+
+/// Multus's annotation replacing the cluster-wide default network for one pod.
+pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
+
+/// The `args.cni` key that carries an element's `ipam-claim-reference` to the delegates
+/// (§4.1.2.1.11; Multus drops the key, so IPAM plugins that support claims read it here).
+pub const IPAM_CLAIM_ARG: &str = "ipam-claim-reference";
+
+/// What the planner needs to know of the pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Where delegate configurations come from: NADs, and configuration files on disk.
+pub trait Networks {
+    /// The NAD `namespace/name`; `Ok(None)` when it does not exist.
+    fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError>;
+    /// The configuration named `name` in plumb's `confDir` (`.conflist` before `.conf`,
+    /// multi-net spec §3.4.1); `Ok(None)` when there is none.
+    fn conf_by_name(&self, name: &str) -> Result<Option<NetworkConfigList>, CniError>;
+    /// A configuration file, or the first one in a directory (`clusterNetwork` as a path).
+    fn conf_at(&self, path: &Path) -> Result<NetworkConfigList, CniError>;
+}
+
+/// One attachment, ready to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attachment {
+    /// How network-status names it (§5.3.1): `namespace/name` for a NAD, the configuration's
+    /// `name` for a file or an inline delegate.
+    pub network: String,
+    /// `CNI_IFNAME` for its delegates.
+    pub ifname: String,
+    /// The delegates' configuration list, `name` injected and `cni-args` merged.
+    pub list: NetworkConfigList,
+    /// The capability arguments its delegates get as `runtimeConfig` (each plugin only those
+    /// it declares).
+    pub capability_args: Map<String, Value>,
+    /// The cluster-wide default network (§5.2): its result is the one the runtime gets.
+    pub is_default: bool,
+    /// The element's `default-route` gateways (§4.1.2.1.9), when it had the key.
+    pub default_route: Option<Vec<IpAddr>>,
+}
+
+/// The ordered attachments, and what the caller should log.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub attachments: Vec<Attachment>,
+    pub warnings: Vec<String>,
+}
+
+fn invalid(msg: String) -> CniError {
+    CniError::new(ErrorCode::InvalidConfig, msg)
+}
+
+/// Plans the attachments of `pod` (`None` without Kubernetes: the default network and the
+/// configured extra networks only) for a request whose runtime interface name is `ifname`.
+pub fn plan(
+    config: &Config,
+    pod: Option<&Pod>,
+    ifname: &str,
+    networks: &dyn Networks,
+) -> Result<Plan, CniError> {
+    let mut p = Planner {
+        config,
+        pod,
+        networks,
+        out: Plan::default(),
+    };
+    p.default_network(ifname)?;
+    p.extra_networks()?;
+    if let Some(pod) = pod {
+        p.selected_networks(pod)?;
+    }
+    check_interface_names(&p.out.attachments)?;
+    Ok(p.out)
+}
+
+struct Planner<'a> {
+    config: &'a Config,
+    pod: Option<&'a Pod>,
+    networks: &'a dyn Networks,
+    out: Plan,
+}
+
+impl Planner<'_> {
+    /// `net<N>`, N being the attachment's position in the whole list (Multus numbering: the
+    /// default network is 0 and named attachments take a number too).
+    fn next_ifname(&self) -> String {
+        format!("net{}", self.out.attachments.len())
+    }
+
+    fn push(&mut self, network: String, ifname: String, list: NetworkConfigList) {
+        let is_default = self.out.attachments.is_empty();
+        // multi-net spec §7.5: the runtime's runtimeConfig goes to the default network only.
+        let capability_args = if is_default {
+            self.config.runtime_config.clone()
+        } else {
+            Map::new()
+        };
+        self.out.attachments.push(Attachment {
+            network,
+            ifname,
+            list,
+            capability_args,
+            is_default,
+            default_route: None,
+        });
+    }
+
+    fn default_network(&mut self, ifname: &str) -> Result<(), CniError> {
+        if let Some(pod) = self.pod
+            && let Some(value) = pod.annotations.get(DEFAULT_NETWORK_ANNOTATION)
+            && !value.trim().is_empty()
+        {
+            let elements = selection::parse(value)
+                .map_err(|e| invalid(format!("annotation {DEFAULT_NETWORK_ANNOTATION:?}: {e}")))?;
+            let [element] = elements.as_slice() else {
+                return Err(invalid(format!(
+                    "annotation {DEFAULT_NETWORK_ANNOTATION:?} must name exactly one network, \
+                     not {}",
+                    elements.len()
+                )));
+            };
+            let r = element.network_ref(&self.config.multus_namespace);
+            self.check_isolation(pod, &r, DEFAULT_NETWORK_ANNOTATION)?;
+            if element.interface.is_some() {
+                self.out.warnings.push(format!(
+                    "annotation {DEFAULT_NETWORK_ANNOTATION:?}: \"interface\" is ignored; the \
+                     default network always gets the runtime's interface name {ifname:?}"
+                ));
+            }
+            let list = self.nad_list(&r)?;
+            self.push(r.to_string(), ifname.to_string(), list);
+            return Ok(());
+        }
+        if let Some(cluster) = &self.config.cluster_network {
+            let (network, list) = self.resolve_configured(cluster, "clusterNetwork")?;
+            self.push(network, ifname.to_string(), list);
+            return Ok(());
+        }
+        let first = self.config.delegates.first().ok_or_else(|| {
+            invalid("plumb configuration gives no cluster-wide default network".into())
+        })?;
+        let list = inline_delegate(first, 0)?;
+        self.push(list.name.clone(), ifname.to_string(), list);
+        Ok(())
+    }
+
+    /// The other inline delegates (without `clusterNetwork`), then `defaultNetworks`; neither
+    /// for pods in `systemNamespaces` (Multus skips `defaultNetworks` there).
+    fn extra_networks(&mut self) -> Result<(), CniError> {
+        if self.config.cluster_network.is_none() {
+            for (i, d) in self.config.delegates.iter().enumerate().skip(1) {
+                let list = inline_delegate(d, i)?;
+                let ifname = self.next_ifname();
+                self.push(list.name.clone(), ifname, list);
+            }
+        }
+        if let Some(pod) = self.pod
+            && self.config.system_namespaces.contains(&pod.namespace)
+        {
+            return Ok(());
+        }
+        for name in self.config.default_networks.clone() {
+            let (network, list) = self.resolve_configured(&name, "defaultNetworks")?;
+            let ifname = self.next_ifname();
+            self.push(network, ifname, list);
+        }
+        Ok(())
+    }
+
+    fn selected_networks(&mut self, pod: &Pod) -> Result<(), CniError> {
+        let Some(value) = pod.annotations.get(NETWORKS_ANNOTATION) else {
+            return Ok(());
+        };
+        if value.trim().is_empty() {
+            return Ok(());
+        }
+        let elements = selection::parse(value).map_err(CniError::from)?;
+        for element in &elements {
+            let r = element.network_ref(&pod.namespace);
+            self.check_isolation(pod, &r, NETWORKS_ANNOTATION)?;
+            let list = self.nad_list(&r)?;
+            let network = r.to_string();
+            check_capabilities(&network, &list, element)?;
+            let list = apply_cni_args(&network, &list, &element_cni_args(element))?;
+            let ifname = element
+                .interface
+                .clone()
+                .unwrap_or_else(|| self.next_ifname());
+            let mut unknown: Vec<&str> = element.unknown_keys().collect();
+            if !unknown.is_empty() {
+                unknown.sort_unstable();
+                self.out.warnings.push(format!(
+                    "network {network}: selection keys {unknown:?} are not part of the \
+                     specification and are ignored"
+                ));
+            }
+            self.out.attachments.push(Attachment {
+                network,
+                ifname,
+                list,
+                capability_args: capability_args(element, None, None),
+                is_default: false,
+                default_route: element.default_route.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// multi-net spec §7.4, Multus `namespaceIsolation`: a pod may use NADs of its own
+    /// namespace and of `globalNamespaces` only.
+    fn check_isolation(&self, pod: &Pod, r: &NetworkRef, source: &str) -> Result<(), CniError> {
+        if !self.config.namespace_isolation
+            || r.namespace == pod.namespace
+            || self.config.global_namespaces.contains(&r.namespace)
+        {
+            return Ok(());
+        }
+        Err(invalid(format!(
+            "namespace isolation: pod {}/{} may not use network-attachment-definition {r} \
+             (annotation {source:?}): with \"namespaceIsolation\" a pod may select only NADs of \
+             its own namespace {:?} or of the global namespaces {:?}",
+            pod.namespace, pod.name, pod.namespace, self.config.global_namespaces
+        )))
+    }
+
+    /// The configuration of NAD `r` (multi-net spec §3.4.1): `spec.config`, else a file on
+    /// disk named like it, else the request fails.
+    fn nad_list(&self, r: &NetworkRef) -> Result<NetworkConfigList, CniError> {
+        let nad = self.networks.nad(r)?.ok_or_else(|| {
+            invalid(format!(
+                "network-attachment-definition {r} not found{}",
+                self.pod
+                    .map(|p| format!(" (selected by pod {}/{})", p.namespace, p.name))
+                    .unwrap_or_default()
+            ))
+        })?;
+        match nad.cni_config()? {
+            NadConfig::Inline(list) => Ok(list),
+            NadConfig::OnDisk { name } => self.networks.conf_by_name(&name)?.ok_or_else(|| {
+                invalid(format!(
+                    "network-attachment-definition {r} has no spec.config and no configuration \
+                     file named {name:?} is in {}",
+                    self.config.conf_dir.display()
+                ))
+            }),
+        }
+    }
+
+    /// `clusterNetwork` or a `defaultNetworks` entry (multus-reference §1.1): a name is a NAD
+    /// in `multusNamespace`, else a configuration file in `confDir`; a value with `/` is a path.
+    fn resolve_configured(
+        &self,
+        value: &str,
+        key: &str,
+    ) -> Result<(String, NetworkConfigList), CniError> {
+        if value.contains('/') {
+            let list = self
+                .networks
+                .conf_at(Path::new(value))
+                .map_err(|e| e.context(format!("plumb configuration {key:?}")))?;
+            return Ok((list.name.clone(), list));
+        }
+        let r = NetworkRef::new(self.config.multus_namespace.clone(), value);
+        if self.networks.nad(&r)?.is_some() {
+            return Ok((r.to_string(), self.nad_list(&r)?));
+        }
+        match self.networks.conf_by_name(value)? {
+            Some(list) => Ok((list.name.clone(), list)),
+            None => Err(invalid(format!(
+                "plumb configuration {key:?}: {value:?} is neither a \
+                 network-attachment-definition in namespace {:?} nor a configuration in {}",
+                self.config.multus_namespace,
+                self.config.conf_dir.display()
+            ))),
+        }
+    }
+}
+
+/// An inline `delegates` entry: a configuration list, or a single configuration.
+fn inline_delegate(v: &Value, i: usize) -> Result<NetworkConfigList, CniError> {
+    let bytes = serde_json::to_vec(v)
+        .map_err(|e| invalid(format!("plumb configuration \"delegates\" entry {i}: {e}")))?;
+    let list = NetworkConfigList::from_any_bytes(&bytes)
+        .map_err(|e| e.context(format!("plumb configuration \"delegates\" entry {i}")))?;
+    list.require_plugins()?;
+    Ok(list)
+}
+
+/// What goes into `args.cni` for an element: its `cni-args`, and its `ipam-claim-reference`.
+fn element_cni_args(element: &NetworkSelectionElement) -> Map<String, Value> {
+    let mut args = element.cni_args.clone().unwrap_or_default();
+    if let Some(claim) = &element.ipam_claim_reference {
+        args.insert(IPAM_CLAIM_ARG.into(), Value::String(claim.clone()));
+    }
+    args
+}
+
+/// multi-net spec §4.1.2.1.5: an interface name already used by a previous attachment fails
+/// the request; checked here, before anything runs (Multus finds out half-way through).
+fn check_interface_names(attachments: &[Attachment]) -> Result<(), CniError> {
+    let mut seen = BTreeSet::new();
+    for a in attachments {
+        if !seen.insert(a.ifname.as_str()) {
+            return Err(invalid(format!(
+                "interface name {:?} of network {} is already used by an earlier attachment \
+                 of this pod",
+                a.ifname, a.network
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
