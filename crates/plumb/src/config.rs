@@ -63,6 +63,9 @@ pub struct Config {
     pub runtime_config: Map<String, Value>,
     /// `plumbStateDir`: attachment records.
     pub state_dir: PathBuf,
+    /// `plumbAttachmentEvents`: a `Normal AddedInterface` event on the pod for each attachment
+    /// (failures always get a `Warning` event).
+    pub attachment_events: bool,
     /// Warnings for the caller to log: keys accepted but without effect.
     pub warnings: Vec<String>,
 }
@@ -211,6 +214,7 @@ const KNOWN: &[&str] = &[
     "capabilities",
     "runtimeConfig",
     "plumbStateDir",
+    "plumbAttachmentEvents",
 ];
 
 impl Config {
@@ -349,6 +353,7 @@ impl Config {
             capabilities: r.object("capabilities")?,
             runtime_config: r.object("runtimeConfig")?,
             state_dir: r.path("plumbStateDir", DEFAULT_STATE_DIR)?,
+            attachment_events: r.bool("plumbAttachmentEvents", false)?,
             warnings,
         })
     }

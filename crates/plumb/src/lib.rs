@@ -7,9 +7,19 @@
 //! - [`record`]: the attachment records DEL works from.
 //! - [`pod_args`]: which pod a CNI call is for (`K8S_POD_*` in `CNI_ARGS`).
 //! - [`plan`]: a pod's ordered attachments, computed without side effects.
+//! - [`execute`]: ADD, DEL and CHECK of those attachments, with the records.
+//! - [`cluster`]: the Kubernetes API as plumb uses it (kube-rs behind a trait).
+//! - [`networks`]: where a node finds delegate configurations (NADs, files).
+//! - [`plugin`]: plumb as the runtime's CNI plugin.
+//! - [`log`]: the log, Multus's line format.
 
+pub mod cluster;
 pub mod cnitool;
 pub mod config;
+pub mod execute;
+pub mod log;
+pub mod networks;
 pub mod plan;
+pub mod plugin;
 pub mod pod_args;
 pub mod record;

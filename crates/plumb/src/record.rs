@@ -172,6 +172,27 @@ impl RecordStore {
         }
     }
 
+    /// The container IDs that have a record (none when the directory does not exist yet).
+    pub fn list(&self) -> Result<Vec<String>, RecordError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(RecordError::Io {
+                    path: self.dir.clone(),
+                    source,
+                });
+            }
+        };
+        let mut ids: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter_map(|n| n.strip_suffix(".json").map(str::to_string))
+            .filter(|id| cni::validate::container_id(id).is_ok())
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -1,0 +1,266 @@
+//! Executing a plan on the node: ADD, DEL and CHECK of every attachment of a pod sandbox
+//! through the `cni` crate, one after the other (multi-net spec §7.3), with the attachment
+//! record written before each ADD so that DEL can always undo what ADD began (§7.2).
+//!
+//! - ADD stops at the first failure (§7.2 "attachments that have not yet been performed shall
+//!   not be attempted") and rolls back what it did, in reverse, before returning the error; the
+//!   record is kept if the rollback itself failed, so the runtime's DEL finishes the job.
+//! - DEL works from the record alone (no pod, NAD or API server needed), in reverse, keeps
+//!   going past failures and reports every one of them; the record goes last, and only when
+//!   everything was undone.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use cni::error::{CniError, ErrorList};
+use cni::runtime::{CniConfig, RuntimeConf};
+use cni::{CniResult, NetworkConfigList};
+use serde_json::Value;
+
+use crate::plan::{Attachment, Pod};
+use crate::record::{Progress, RECORD_VERSION, Record, RecordStore, RecordedAttachment};
+
+/// Where default routes are changed (the pod's netns, through netlink in production).
+pub trait DefaultRoutes {
+    /// Makes `ifname` carry the default route via `gateways` (multi-net spec §4.1.2.1.9).
+    fn set_default_route(
+        &self,
+        netns: &Path,
+        ifname: &str,
+        gateways: &[IpAddr],
+    ) -> Result<(), CniError>;
+}
+
+/// The sandbox a CNI call is about.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sandbox {
+    pub container_id: String,
+    pub netns: String,
+    /// `CNI_ARGS` as the runtime gave them; every delegate gets them unchanged.
+    pub cni_args: Vec<(String, String)>,
+}
+
+/// One attachment that ADD completed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Added {
+    pub attachment: Attachment,
+    pub result: CniResult,
+}
+
+/// Runs delegates and keeps records.
+pub struct Executor<'a> {
+    pub cni: &'a CniConfig,
+    pub records: &'a RecordStore,
+    pub routes: &'a dyn DefaultRoutes,
+}
+
+fn runtime_conf(sandbox: &Sandbox, netns: &str, a: &RecordedAttachment) -> RuntimeConf {
+    RuntimeConf {
+        container_id: sandbox.container_id.clone(),
+        netns: netns.to_string(),
+        ifname: a.ifname.clone(),
+        args: sandbox.cni_args.clone(),
+        capability_args: a.capability_args.clone(),
+    }
+}
+
+/// The whole list as JSON, every plugin included (a `.conflist` read from disk may have taken
+/// plugins from a sibling directory, which its own bytes do not hold).
+fn list_json(list: &NetworkConfigList) -> Value {
+    let mut raw = list.raw.clone();
+    let plugins = list
+        .plugins
+        .iter()
+        .map(|p| Value::Object(p.raw.clone()))
+        .collect();
+    raw.insert("plugins".into(), Value::Array(plugins));
+    raw.insert(
+        "cniVersion".into(),
+        Value::String(list.cni_version.to_string()),
+    );
+    Value::Object(raw)
+}
+
+fn recorded(a: &Attachment) -> RecordedAttachment {
+    RecordedAttachment {
+        network: a.network.clone(),
+        ifname: a.ifname.clone(),
+        config: list_json(&a.list),
+        capability_args: a.capability_args.clone(),
+        default: a.is_default,
+        device_info_file: None,
+        progress: Progress::Attempted,
+    }
+}
+
+/// The configuration list of a recorded attachment.
+pub fn recorded_list(a: &RecordedAttachment) -> Result<NetworkConfigList, CniError> {
+    let bytes = serde_json::to_vec(&a.config).unwrap_or_default();
+    NetworkConfigList::from_any_bytes(&bytes).map_err(|e| {
+        e.context(format!(
+            "attachment record: network {} interface {}",
+            a.network, a.ifname
+        ))
+    })
+}
+
+/// How an attachment is named in errors and logs.
+fn describe(network: &str, ifname: &str, i: usize, n: usize) -> String {
+    format!(
+        "attachment {} of {n} (network {network}, interface {ifname})",
+        i + 1
+    )
+}
+
+impl Executor<'_> {
+    /// ADD of every attachment in order, then the default route. Returns what each ADD gave.
+    pub fn add(
+        &self,
+        sandbox: &Sandbox,
+        pod: Option<&Pod>,
+        attachments: &[Attachment],
+    ) -> Result<Vec<Added>, CniError> {
+        let mut record = Record {
+            version: RECORD_VERSION,
+            container_id: sandbox.container_id.clone(),
+            netns: sandbox.netns.clone(),
+            pod_namespace: pod.map(|p| p.namespace.clone()).unwrap_or_default(),
+            pod_name: pod.map(|p| p.name.clone()).unwrap_or_default(),
+            pod_uid: pod.map(|p| p.uid.clone()).unwrap_or_default(),
+            cni_args: sandbox.cni_args.clone(),
+            attachments: Vec::new(),
+        };
+        let n = attachments.len();
+        let mut added = Vec::with_capacity(n);
+        for (i, a) in attachments.iter().enumerate() {
+            // Recorded before it runs: a crash inside the delegate still leaves DEL its name.
+            record.attachments.push(recorded(a));
+            let step = self
+                .records
+                .save(&record)
+                .map_err(CniError::from)
+                .and_then(|()| {
+                    let rt = runtime_conf(sandbox, &sandbox.netns, &record.attachments[i]);
+                    self.cni.add_network_list(&a.list, &rt)
+                });
+            match step {
+                Ok(result) => {
+                    record.attachments[i].progress = Progress::Added;
+                    added.push(Added {
+                        attachment: a.clone(),
+                        result,
+                    });
+                }
+                Err(e) => {
+                    let e = e.context(describe(&a.network, &a.ifname, i, n));
+                    return Err(self.roll_back(sandbox, &record, e));
+                }
+            }
+        }
+        if let Some(a) = attachments
+            .iter()
+            .find(|a| a.default_route.as_ref().is_some_and(|g| !g.is_empty()))
+        {
+            let gateways = a.default_route.as_deref().unwrap_or_default();
+            if let Err(e) =
+                self.routes
+                    .set_default_route(Path::new(&sandbox.netns), &a.ifname, gateways)
+            {
+                let e = e.context(format!("default-route of network {}", a.network));
+                return Err(self.roll_back(sandbox, &record, e));
+            }
+        }
+        self.records.save(&record)?;
+        Ok(added)
+    }
+
+    /// Undoes a failed ADD; the original error, with what the rollback could not undo.
+    fn roll_back(&self, sandbox: &Sandbox, record: &Record, error: CniError) -> CniError {
+        match self.del_record(sandbox, &sandbox.netns, record) {
+            Ok(()) => error,
+            Err(rollback) => error.with_details(format!(
+                "rolling back failed too, the attachment record is kept for DEL: {rollback}"
+            )),
+        }
+    }
+
+    /// DEL of every attachment of the sandbox's record, in reverse. `netns` is the runtime's
+    /// (it may be empty or gone: the delegates still get DEL, so IPAM releases addresses).
+    /// Without a record there is nothing plumb did: `Ok(false)`.
+    pub fn del(&self, sandbox: &Sandbox, netns: &str) -> Result<bool, CniError> {
+        let Some(record) = self.records.load(&sandbox.container_id)? else {
+            return Ok(false);
+        };
+        // The record's CNI_ARGS are what ADD gave the delegates; DEL gives them the same.
+        let sandbox = Sandbox {
+            cni_args: record.cni_args.clone(),
+            ..sandbox.clone()
+        };
+        self.del_record(&sandbox, netns, &record)?;
+        Ok(true)
+    }
+
+    /// DEL of attachments planned now rather than recorded (DEL without a record).
+    pub fn del_planned(
+        &self,
+        sandbox: &Sandbox,
+        netns: &str,
+        attachments: &[Attachment],
+    ) -> Result<(), CniError> {
+        let record = Record {
+            version: RECORD_VERSION,
+            container_id: sandbox.container_id.clone(),
+            netns: netns.to_string(),
+            pod_namespace: String::new(),
+            pod_name: String::new(),
+            pod_uid: String::new(),
+            cni_args: sandbox.cni_args.clone(),
+            attachments: attachments.iter().map(recorded).collect(),
+        };
+        self.del_record(sandbox, netns, &record)
+    }
+
+    fn del_record(&self, sandbox: &Sandbox, netns: &str, record: &Record) -> Result<(), CniError> {
+        let n = record.attachments.len();
+        let mut errors = ErrorList::default();
+        for (i, a) in record.attachments.iter().enumerate().rev() {
+            let outcome = recorded_list(a).and_then(|list| {
+                self.cni
+                    .del_network_list(&list, &runtime_conf(sandbox, netns, a))
+            });
+            if let Err(e) = outcome {
+                errors.push(e.context(describe(&a.network, &a.ifname, i, n)));
+            }
+            if let Some(path) = &a.device_info_file
+                && let Err(e) = netattach::device_info_files::delete(path)
+            {
+                errors.push(CniError::from(e).context(describe(&a.network, &a.ifname, i, n)));
+            }
+        }
+        errors.into_result()?;
+        self.records.remove(&record.container_id)?;
+        Ok(())
+    }
+
+    /// CHECK of every recorded attachment, in order; the first failure is returned.
+    pub fn check(&self, sandbox: &Sandbox) -> Result<(), CniError> {
+        let record = self.records.load(&sandbox.container_id)?.ok_or_else(|| {
+            CniError::new(
+                cni::ErrorCode::UnknownContainer,
+                format!(
+                    "no attachment record for container {:?} in {}: was it added by plumb?",
+                    sandbox.container_id,
+                    self.records.dir().display()
+                ),
+            )
+        })?;
+        let n = record.attachments.len();
+        for (i, a) in record.attachments.iter().enumerate() {
+            let list = recorded_list(a)?;
+            self.cni
+                .check_network_list(&list, &runtime_conf(sandbox, &sandbox.netns, a))
+                .map_err(|e| e.context(describe(&a.network, &a.ifname, i, n)))?;
+        }
+        Ok(())
+    }
+}

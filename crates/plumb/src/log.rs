@@ -1,0 +1,79 @@
+//! plumb's log: one line per message, `<RFC3339 time> [<level>] <message>`, as Multus writes it
+//! (multus-reference §2.15), to `logFile` (appended) and/or stderr (`logToStderr`). A CNI plugin's
+//! stderr is captured by the runtime and shown in its own logs, which is where operators look
+//! first; the file keeps a history across calls.
+//!
+//! Logging never fails a CNI call: a log file that cannot be opened or written is reported once
+//! on stderr and dropped.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::sync::Mutex;
+
+use crate::config::{Config, LogLevel};
+
+pub struct Log {
+    level: LogLevel,
+    stderr: bool,
+    file: Option<Mutex<File>>,
+}
+
+impl Log {
+    /// A log that writes nothing (before the configuration is read, and in tests).
+    pub fn off() -> Log {
+        Log {
+            level: LogLevel::Panic,
+            stderr: false,
+            file: None,
+        }
+    }
+
+    pub fn from_config(config: &Config) -> Log {
+        let file = config.log_file.as_ref().and_then(|path| {
+            match OpenOptions::new().create(true).append(true).open(path) {
+                Ok(f) => Some(Mutex::new(f)),
+                Err(e) => {
+                    eprintln!("plumb: cannot open logFile {}: {e}", path.display());
+                    None
+                }
+            }
+        });
+        Log {
+            level: config.log_level,
+            stderr: config.log_to_stderr,
+            file,
+        }
+    }
+
+    fn write(&self, level: LogLevel, tag: &str, msg: &str) {
+        if level > self.level {
+            return;
+        }
+        let line = format!(
+            "{} [{tag}] {msg}\n",
+            k8s_openapi::jiff::Timestamp::now()
+                .round(k8s_openapi::jiff::Unit::Second)
+                .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now())
+        );
+        if self.stderr {
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        }
+        if let Some(f) = &self.file
+            && let Ok(mut f) = f.lock()
+        {
+            let _ = f.write_all(line.as_bytes());
+        }
+    }
+
+    pub fn error(&self, msg: &str) {
+        self.write(LogLevel::Error, "error", msg);
+    }
+
+    pub fn verbose(&self, msg: &str) {
+        self.write(LogLevel::Verbose, "verbose", msg);
+    }
+
+    pub fn debug(&self, msg: &str) {
+        self.write(LogLevel::Debug, "debug", msg);
+    }
+}

@@ -1,0 +1,451 @@
+//! plumb as the runtime's CNI plugin (thin mode: everything in this one process): the
+//! [`cni::skel::Plugin`] whose ADD attaches a pod to its networks, DEL detaches it, CHECK checks
+//! every attachment, STATUS and GC cover every network plumb knows of (DESIGN.md "The way of one
+//! ADD").
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use cni::cache::ResultCache;
+use cni::error::{CniError, ErrorCode, ErrorList};
+use cni::request::GcAttachment;
+use cni::runtime::CniConfig;
+use cni::skel::{CmdArgs, Plugin};
+use cni::version::SUPPORTED;
+use cni::{CniResult, NetworkConfigList, Version};
+use netattach::status::{self, StatusInput};
+use serde_json::Value;
+
+use crate::cluster::{Cluster, KubeCluster, annotations_from};
+use crate::config::Config;
+use crate::execute::{Added, DefaultRoutes, Executor, Sandbox};
+use crate::log::Log;
+use crate::networks::NodeNetworks;
+use crate::plan::{self, Plan, Pod};
+use crate::pod_args::PodArgs;
+use crate::record::RecordStore;
+
+/// The runtime's capability for handing a plugin the pod's annotations (containerd and CRI-O
+/// fill it for plugins that declare it), which spares the pod GET.
+pub const POD_ANNOTATIONS_CAPABILITY: &str = "io.kubernetes.cri.pod-annotations";
+
+/// How long ADD waits for `readinessindicatorfile` (Multus's 45 s), and how often it looks.
+const READINESS_TIMEOUT: Duration = Duration::from_secs(45);
+const READINESS_POLL: Duration = Duration::from_millis(250);
+
+/// The plugin. `routes` changes default routes in pod namespaces.
+pub struct Plumb<'a> {
+    pub routes: &'a dyn DefaultRoutes,
+}
+
+/// Everything one call works with, from the configuration and the request.
+struct Call {
+    config: Config,
+    log: Log,
+    cni: CniConfig,
+    records: RecordStore,
+    cni_args: Vec<(String, String)>,
+    pod_args: Option<PodArgs>,
+    cluster: Option<KubeCluster>,
+}
+
+impl Call {
+    fn new(args: &CmdArgs) -> Result<Call, CniError> {
+        let config = Config::parse(&args.stdin)?;
+        let log = Log::from_config(&config);
+        for w in &config.warnings {
+            log.verbose(w);
+        }
+        // binDir before the runtime's CNI_PATH, as Multus searches.
+        let mut path = vec![config.bin_dir.clone()];
+        path.extend(args.path.iter().cloned());
+        let mut cni = CniConfig::new(path, ResultCache::new(config.cni_dir.clone()));
+        let cni_args = cni::args::parse(&args.args)?;
+        let pod_args = PodArgs::from_args(&cni_args)?;
+        let cluster = match &config.kubeconfig {
+            Some(k) => Some(KubeCluster::from_kubeconfig(k)?),
+            None => None,
+        };
+        let plugin_log = Log::from_config(&config);
+        cni.on_plugin_stderr = Some(Box::new(move |l| {
+            plugin_log.debug(&format!(
+                "delegate {} ({}) wrote: {}",
+                l.plugin_type,
+                l.command.as_str(),
+                l.stderr.trim_end()
+            ));
+        }));
+        Ok(Call {
+            records: RecordStore::new(config.state_dir.clone()),
+            config,
+            log,
+            cni,
+            cni_args,
+            pod_args,
+            cluster,
+        })
+    }
+
+    fn cluster(&self) -> Option<&dyn Cluster> {
+        self.cluster.as_ref().map(|c| c as &dyn Cluster)
+    }
+
+    fn networks(&self) -> NodeNetworks<'_> {
+        NodeNetworks {
+            cluster: self.cluster(),
+            conf_dir: self.config.conf_dir.clone(),
+        }
+    }
+
+    fn sandbox(&self, args: &CmdArgs) -> Sandbox {
+        Sandbox {
+            container_id: args.container_id.clone(),
+            netns: args.netns.clone(),
+            cni_args: self.cni_args.clone(),
+        }
+    }
+
+    /// The pod this call is for: from the runtime's pod-annotations capability when given,
+    /// else from the API (retrying a pod not visible yet when `wait`).
+    fn pod(&self, wait: bool) -> Result<Option<Pod>, CniError> {
+        let Some(pa) = &self.pod_args else {
+            return Ok(None);
+        };
+        if let Some(Value::Object(a)) = self.config.runtime_config.get(POD_ANNOTATIONS_CAPABILITY) {
+            return Ok(Some(Pod {
+                namespace: pa.namespace.clone(),
+                name: pa.name.clone(),
+                uid: pa.uid.clone().unwrap_or_default(),
+                annotations: annotations_from(a),
+            }));
+        }
+        let Some(cluster) = self.cluster() else {
+            return Ok(None);
+        };
+        let Some(pod) = cluster.pod(&pa.namespace, &pa.name, wait)? else {
+            return Ok(None);
+        };
+        if let Some(uid) = &pa.uid
+            && !pod.uid.is_empty()
+            && &pod.uid != uid
+            && !pod.is_static()
+        {
+            return Err(CniError::new(
+                ErrorCode::UnknownContainer,
+                format!(
+                    "pod {pa} was recreated: the runtime asks for UID {uid} but the API server \
+                     has UID {}; not attaching the new pod's networks to the old sandbox",
+                    pod.uid
+                ),
+            ));
+        }
+        Ok(Some(pod))
+    }
+
+    fn plan(&self, pod: Option<&Pod>, ifname: &str) -> Result<Plan, CniError> {
+        let plan = plan::plan(&self.config, pod, ifname, &self.networks())?;
+        for w in &plan.warnings {
+            self.log.verbose(w);
+        }
+        Ok(plan)
+    }
+
+    fn warn_pod(&self, pod: Option<&Pod>, reason: &str, e: &CniError) {
+        if let (Some(c), Some(p)) = (self.cluster(), pod)
+            && let Err(ev) = c.event(p, "Warning", reason, &e.to_string())
+        {
+            self.log.error(&format!("could not record an event: {ev}"));
+        }
+    }
+}
+
+/// `pod` as errors name it.
+fn who(pa: &Option<PodArgs>, container_id: &str) -> String {
+    match pa {
+        Some(p) => format!("pod {p} (container {container_id})"),
+        None => format!("container {container_id}"),
+    }
+}
+
+fn wait_for_readiness(config: &Config) -> Result<(), CniError> {
+    let Some(file) = &config.readiness_indicator_file else {
+        return Ok(());
+    };
+    let start = Instant::now();
+    while !file.exists() {
+        if start.elapsed() >= READINESS_TIMEOUT {
+            return Err(CniError::new(
+                ErrorCode::TryAgainLater,
+                format!(
+                    "the default network is not ready: readinessindicatorfile {} still missing \
+                     after {} s",
+                    file.display(),
+                    READINESS_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+        std::thread::sleep(READINESS_POLL);
+    }
+    Ok(())
+}
+
+/// The network-status annotation of what ADD did (multi-net spec §5).
+pub fn network_status(added: &[Added]) -> String {
+    let entries: Vec<_> = added
+        .iter()
+        .map(|a| {
+            status::build(&StatusInput {
+                name: &a.attachment.network,
+                result: Some(&a.result),
+                ifname: &a.attachment.ifname,
+                is_default: a.attachment.is_default,
+                default_route: a.attachment.default_route.as_deref(),
+                device_info: None,
+            })
+        })
+        .collect();
+    status::to_annotation(&entries)
+}
+
+impl Plumb<'_> {
+    fn executor<'c>(&'c self, call: &'c Call) -> Executor<'c> {
+        Executor {
+            cni: &call.cni,
+            records: &call.records,
+            routes: self.routes,
+        }
+    }
+
+    fn do_add(&self, call: &Call, args: &CmdArgs) -> Result<CniResult, CniError> {
+        wait_for_readiness(&call.config)?;
+        let pod = call.pod(true)?;
+        if let (Some(pa), None, Some(_)) = (&call.pod_args, &pod, call.cluster()) {
+            return Err(CniError::new(
+                ErrorCode::UnknownContainer,
+                format!("pod {pa} not found in the Kubernetes API; nothing was attached"),
+            ));
+        }
+        let plan = call.plan(pod.as_ref(), &args.ifname).inspect_err(|e| {
+            call.warn_pod(pod.as_ref(), "NoNetworkFound", e);
+        })?;
+        let exec = self.executor(call);
+        let sandbox = call.sandbox(args);
+        let added = exec
+            .add(&sandbox, pod.as_ref(), &plan.attachments)
+            .inspect_err(|e| call.warn_pod(pod.as_ref(), "AttachFailed", e))?;
+        for a in &added {
+            call.log.verbose(&format!(
+                "{}: added {} on {}",
+                who(&call.pod_args, &args.container_id),
+                a.attachment.network,
+                a.attachment.ifname
+            ));
+        }
+        if let (Some(cluster), Some(pod)) = (call.cluster(), pod.as_ref()) {
+            // Multus compares the pod's *name* here (multus-reference §8 quirk 1); plumb the
+            // namespace, as the key's name says.
+            if !call.config.system_namespaces.contains(&pod.namespace)
+                && let Err(e) = cluster.set_network_status(pod, &network_status(&added))
+            {
+                // The pod would run without its status: undo, and let the runtime retry.
+                let undo = exec.del(&sandbox, &sandbox.netns).err();
+                call.warn_pod(Some(pod), "AttachFailed", &e);
+                return Err(match undo {
+                    None => e,
+                    Some(u) => e.with_details(format!("and undoing the attachments failed: {u}")),
+                });
+            }
+            if call.config.attachment_events {
+                for a in &added {
+                    let msg = format!(
+                        "Add {} {:?} from {}",
+                        a.attachment.ifname,
+                        a.result
+                            .ips
+                            .iter()
+                            .map(|ip| ip.address.to_string())
+                            .collect::<Vec<_>>(),
+                        a.attachment.network
+                    );
+                    if let Err(e) = cluster.event(pod, "Normal", "AddedInterface", &msg) {
+                        call.log.error(&format!("could not record an event: {e}"));
+                    }
+                }
+            }
+        }
+        added
+            .into_iter()
+            .find(|a| a.attachment.is_default)
+            .map(|a| a.result)
+            .ok_or_else(|| CniError::new(ErrorCode::Internal, "no default network was attached"))
+    }
+
+    fn do_del(&self, call: &Call, args: &CmdArgs) -> Result<(), CniError> {
+        let exec = self.executor(call);
+        let sandbox = call.sandbox(args);
+        if exec.del(&sandbox, &args.netns)? {
+            return Ok(());
+        }
+        // No record: plumb never recorded this sandbox (an ADD that did not reach its first
+        // attachment, or a record removed by hand). Undo what planning from the API finds;
+        // when the pod or the API is gone there is nothing known to undo, and failing would
+        // only block the sandbox's removal (Multus does the same).
+        let pod = match call.pod(false) {
+            Ok(p) => p,
+            Err(e) => {
+                call.log.error(&format!(
+                    "{}: no attachment record and the pod cannot be read ({e}); nothing to delete",
+                    who(&call.pod_args, &args.container_id)
+                ));
+                return Ok(());
+            }
+        };
+        if call.pod_args.is_some() && pod.is_none() {
+            call.log.verbose(&format!(
+                "{}: no attachment record and no pod; nothing to delete",
+                who(&call.pod_args, &args.container_id)
+            ));
+            return Ok(());
+        }
+        let plan = call.plan(pod.as_ref(), &args.ifname)?;
+        exec.del_planned(&sandbox, &args.netns, &plan.attachments)
+    }
+
+    /// Every network plumb knows of: the configured ones, and those of recorded sandboxes.
+    fn known_networks(&self, call: &Call) -> Result<Vec<NetworkConfigList>, CniError> {
+        let mut lists: Vec<NetworkConfigList> = call
+            .plan(None, "eth0")?
+            .attachments
+            .into_iter()
+            .map(|a| a.list)
+            .collect();
+        for id in call.records.list()? {
+            if let Ok(Some(r)) = call.records.load(&id) {
+                for a in &r.attachments {
+                    if let Ok(l) = crate::execute::recorded_list(a) {
+                        lists.push(l);
+                    }
+                }
+            }
+        }
+        let mut seen = BTreeSet::new();
+        lists.retain(|l| seen.insert(l.name.clone()));
+        Ok(lists)
+    }
+
+    fn do_gc(&self, call: &Call, args: &CmdArgs) -> Result<(), CniError> {
+        // plumb's own valid attachments, as the runtime sees them: one per sandbox.
+        let valid: Vec<GcAttachment> = args
+            .config
+            .get("cni.dev/valid-attachments")
+            .or_else(|| args.config.get("cni.dev/attachments"))
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default();
+        let live: BTreeSet<&str> = valid.iter().map(|a| a.container_id.as_str()).collect();
+        let exec = self.executor(call);
+        let mut errors = ErrorList::default();
+        let mut keep = Vec::new();
+        for id in call.records.list()? {
+            if live.contains(id.as_str()) {
+                if let Ok(Some(r)) = call.records.load(&id) {
+                    keep.extend(r.attachments.iter().map(|a| {
+                        (
+                            a.network.clone(),
+                            GcAttachment {
+                                container_id: id.clone(),
+                                ifname: a.ifname.clone(),
+                            },
+                        )
+                    }));
+                }
+                continue;
+            }
+            let stale = Sandbox {
+                container_id: id.clone(),
+                ..Sandbox::default()
+            };
+            if let Err(e) = exec.del(&stale, "") {
+                errors.push(e.context(format!("GC of stale container {id}")));
+            }
+        }
+        for list in self.known_networks(call)? {
+            let valid: Vec<GcAttachment> = keep
+                .iter()
+                .filter(|(_, g)| {
+                    call.cni
+                        .cache
+                        .read(&list.name, &g.container_id, &g.ifname)
+                        .is_ok_and(|c| c.is_some())
+                })
+                .map(|(_, g)| g.clone())
+                .collect();
+            if let Err(e) = call.cni.gc_network_list(&list, &valid) {
+                errors.push(e);
+            }
+        }
+        errors.into_result()
+    }
+}
+
+impl Plugin for Plumb<'_> {
+    fn supported_versions(&self) -> &[Version] {
+        &SUPPORTED
+    }
+
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        let call = Call::new(args)?;
+        self.do_add(&call, args).map_err(|e| {
+            let e = e.context(who(&call.pod_args, &args.container_id));
+            call.log.error(&format!("ADD: {e}"));
+            e
+        })
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let call = Call::new(args)?;
+        self.do_del(&call, args).map_err(|e| {
+            let e = e.context(who(&call.pod_args, &args.container_id));
+            call.log.error(&format!("DEL: {e}"));
+            e
+        })
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let call = Call::new(args)?;
+        self.executor(&call)
+            .check(&call.sandbox(args))
+            .map_err(|e| e.context(who(&call.pod_args, &args.container_id)))
+    }
+
+    fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let call = Call::new(args)?;
+        for list in self.known_networks(&call)? {
+            call.cni.status_network_list(&list)?;
+        }
+        Ok(())
+    }
+
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let call = Call::new(args)?;
+        self.do_gc(&call, args)
+    }
+}
+
+/// Default routes changed through netlink in the pod's namespace ([`crate::routes`]).
+pub struct NetlinkRoutes;
+
+impl DefaultRoutes for NetlinkRoutes {
+    fn set_default_route(
+        &self,
+        netns: &std::path::Path,
+        ifname: &str,
+        gateways: &[std::net::IpAddr],
+    ) -> Result<(), CniError> {
+        // TODO(merge): crate::routes::set_default_route once the netlink module lands.
+        let _ = (netns, ifname, gateways);
+        Err(CniError::new(
+            ErrorCode::Internal,
+            "default-route is not implemented yet",
+        ))
+    }
+}

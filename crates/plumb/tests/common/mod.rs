@@ -1,0 +1,173 @@
+//! What plumb's end-to-end tests share: running the built `plumb` binary exactly as a container
+//! runtime does (CNI_* environment, configuration on stdin), and a private node directory per
+//! test (records, result cache, host-local data) so tests run in parallel.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+pub const PLUGINS: &str = "/usr/lib/cni";
+
+/// One test's node: a temporary directory for plumb's state, the CNI result cache and the
+/// host-local allocations.
+pub struct Node {
+    pub dir: tempfile::TempDir,
+}
+
+impl Node {
+    pub fn new() -> Node {
+        Node {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.path("state")
+    }
+
+    pub fn cache_dir(&self) -> PathBuf {
+        self.path("cni")
+    }
+
+    pub fn ipam_dir(&self) -> PathBuf {
+        self.path("ipam")
+    }
+
+    /// plumb's configuration with this node's directories, plus `extra` keys.
+    pub fn config(&self, extra: Value) -> Value {
+        let mut v = json!({
+            "cniVersion": "1.0.0", "name": "plumb-net", "type": "plumb",
+            "binDir": PLUGINS, "cniDir": self.cache_dir(), "plumbStateDir": self.state_dir(),
+            "confDir": self.path("conf"), "logLevel": "debug", "logToStderr": true
+        });
+        for (k, val) in extra.as_object().unwrap() {
+            v[k] = val.clone();
+        }
+        v
+    }
+
+    /// A bridge + host-local delegate on `bridge` with `10.203.<subnet>.0/24`.
+    pub fn bridge(&self, name: &str, bridge: &str, subnet: u8) -> Value {
+        json!({"cniVersion": "1.0.0", "name": name, "type": "bridge", "bridge": bridge,
+               "isGateway": true,
+               "ipam": {"type": "host-local", "subnet": format!("10.203.{subnet}.0/24"),
+                        "dataDir": self.ipam_dir()}})
+    }
+
+    /// Addresses host-local holds for `network`.
+    pub fn allocations(&self, network: &str) -> Vec<String> {
+        fs::read_dir(self.ipam_dir().join(network))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every address host-local holds, in any network.
+    pub fn all_allocations(&self) -> usize {
+        fs::read_dir(self.ipam_dir())
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| self.allocations(&e.file_name().to_string_lossy()).len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    pub fn record(&self, container_id: &str) -> PathBuf {
+        self.state_dir().join(format!("{container_id}.json"))
+    }
+
+    /// Result cache entries left.
+    pub fn cache_entries(&self) -> Vec<String> {
+        fs::read_dir(self.cache_dir().join("results"))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// One CNI call of the built binary.
+pub struct CniCall<'a> {
+    pub command: &'a str,
+    pub container_id: &'a str,
+    pub netns: &'a str,
+    pub ifname: &'a str,
+    pub args: &'a str,
+    pub config: &'a Value,
+}
+
+pub fn run(call: &CniCall<'_>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("CNI_COMMAND", call.command)
+        .env("CNI_CONTAINERID", call.container_id)
+        .env("CNI_NETNS", call.netns)
+        .env("CNI_IFNAME", call.ifname)
+        .env("CNI_ARGS", call.args)
+        .env("CNI_PATH", PLUGINS)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run plumb");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(call.config).unwrap())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The JSON plumb printed, asserting success.
+pub fn ok(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "plumb failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("plumb printed non-JSON ({e}): {text}"))
+    }
+}
+
+/// The CNI error plumb printed, asserting failure.
+pub fn err(out: &Output) -> Value {
+    assert!(
+        !out.status.success(),
+        "plumb succeeded but should not have: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "plumb's error is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}

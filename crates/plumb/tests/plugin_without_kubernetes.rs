@@ -1,0 +1,232 @@
+//! plumb as the runtime's CNI plugin with no Kubernetes in the picture (inline `delegates`): the
+//! built binary run as a runtime runs it, the reference plugins doing the work in real network
+//! namespaces. What ADD leaves, and that DEL leaves nothing, in every way it can be reached.
+//! Needs root (CI runs as root).
+
+mod common;
+
+use std::fs;
+
+use common::{CniCall, Node, err, ok, run};
+use serde_json::{Value, json};
+use testkit::netns::{Link, Netns, unique_name};
+
+struct Pod {
+    node: Node,
+    ns: Netns,
+    config: Value,
+    _bridges: Vec<Link>,
+}
+
+/// A sandbox whose plumb config has the given delegates; `bridges` are adopted for cleanup.
+fn pod(delegates: impl FnOnce(&Node) -> (Vec<Value>, Vec<String>)) -> Pod {
+    testkit::netns::require_root();
+    let node = Node::new();
+    let (delegates, bridges) = delegates(&node);
+    let config = node.config(json!({"delegates": delegates}));
+    Pod {
+        ns: Netns::new(),
+        config,
+        _bridges: bridges.iter().map(|b| Link::adopt(b)).collect(),
+        node,
+    }
+}
+
+impl Pod {
+    fn call(&self, command: &str, container_id: &str) -> std::process::Output {
+        run(&CniCall {
+            command,
+            container_id,
+            netns: &self.ns.path().display().to_string(),
+            ifname: "eth0",
+            args: "IgnoreUnknown=1",
+            config: &self.config,
+        })
+    }
+}
+
+fn two_bridges(subnet_a: u8, subnet_b: u8) -> impl FnOnce(&Node) -> (Vec<Value>, Vec<String>) {
+    move |node: &Node| {
+        let (a, b) = (unique_name("pa"), unique_name("pb"));
+        (
+            vec![
+                node.bridge("net-a", &a, subnet_a),
+                node.bridge("net-b", &b, subnet_b),
+            ],
+            vec![a, b],
+        )
+    }
+}
+
+#[test]
+fn two_delegates_add_then_del_leaves_nothing() {
+    let p = pod(two_bridges(1, 2));
+    let result = ok(&p.call("ADD", "c-two"));
+    // The runtime gets the default network's result, in plumb's cniVersion.
+    assert_eq!(result["cniVersion"], "1.0.0");
+    assert_eq!(result["ips"][0]["address"], "10.203.1.2/24");
+    assert_eq!(p.ns.addresses("eth0"), ["10.203.1.2/24"]);
+    assert_eq!(p.ns.addresses("net1"), ["10.203.2.2/24"]);
+
+    let record: Value = serde_json::from_slice(&fs::read(p.node.record("c-two")).unwrap()).unwrap();
+    let attachments = record["attachments"].as_array().unwrap();
+    assert_eq!(attachments.len(), 2);
+    assert!(attachments.iter().all(|a| a["progress"] == "added"));
+    assert_eq!(attachments[1]["ifname"], "net1");
+
+    ok(&p.call("DEL", "c-two"));
+    assert_eq!(p.ns.links(), ["lo"]);
+    assert_eq!(p.node.all_allocations(), 0);
+    assert!(!p.node.record("c-two").exists());
+    assert!(
+        p.node.cache_entries().is_empty(),
+        "{:?}",
+        p.node.cache_entries()
+    );
+    // DEL again: nothing left to do, and that is a success.
+    ok(&p.call("DEL", "c-two"));
+}
+
+#[test]
+fn a_delegate_failing_midway_is_rolled_back_and_named() {
+    let p = pod(|node| {
+        let (a, b) = (unique_name("pa"), unique_name("pb"));
+        let mut second = node.bridge("net-b", &b, 4);
+        second = json!({"cniVersion": "1.0.0", "name": "tuned", "plugins": [
+            second,
+            // tuning refuses this after the bridge plugin made the interface and took an IP.
+            {"type": "tuning", "mac": "not-a-mac"}]});
+        (vec![node.bridge("net-a", &a, 3), second], vec![a, b])
+    });
+    let e = err(&p.call("ADD", "c-fail"));
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("attachment 2 of 2") && msg.contains("tuned") && msg.contains("net1"),
+        "{e}"
+    );
+    // Nothing is left: both attachments were undone, no address is held, no record.
+    assert_eq!(p.ns.links(), ["lo"]);
+    assert_eq!(p.node.all_allocations(), 0);
+    assert!(!p.node.record("c-fail").exists(), "{e}");
+    // The runtime's DEL after a failed ADD succeeds.
+    ok(&p.call("DEL", "c-fail"));
+}
+
+#[test]
+fn when_the_rollback_fails_too_the_record_stays_for_del() {
+    // Debian's macvlan 1.1.1 looks its master up on DEL too, so with a missing master both
+    // ADD and DEL fail: the record must stay, and the error must say so.
+    let p = pod(|node| {
+        let a = unique_name("pa");
+        (
+            vec![
+                node.bridge("net-a", &a, 11),
+                json!({"cniVersion": "1.0.0", "name": "broken", "type": "macvlan",
+                       "master": "no-such-link0",
+                       "ipam": {"type": "host-local", "subnet": "10.203.12.0/24",
+                                "dataDir": node.ipam_dir()}}),
+            ],
+            vec![a],
+        )
+    });
+    let e = err(&p.call("ADD", "c-stuck"));
+    assert!(
+        e["details"].as_str().unwrap().contains("record is kept"),
+        "{e}"
+    );
+    // What could be undone was: the first attachment is gone and its address released.
+    assert_eq!(p.ns.links(), ["lo"]);
+    assert_eq!(p.node.all_allocations(), 0);
+    let record: Value =
+        serde_json::from_slice(&fs::read(p.node.record("c-stuck")).unwrap()).unwrap();
+    assert_eq!(record["attachments"].as_array().unwrap().len(), 2);
+    // DEL keeps failing, naming the delegate, and keeps the record.
+    let e = err(&p.call("DEL", "c-stuck"));
+    assert!(e["msg"].as_str().unwrap().contains("broken"), "{e}");
+    assert!(p.node.record("c-stuck").exists());
+}
+
+#[test]
+fn del_with_the_namespace_gone_still_releases_every_address() {
+    let p = pod(two_bridges(5, 6));
+    ok(&p.call("ADD", "c-gone"));
+    assert_eq!(p.node.all_allocations(), 2);
+    let netns = p.ns.path().display().to_string();
+    testkit::netns::ip(&["netns", "del", p.ns.name()]);
+    let out = run(&CniCall {
+        command: "DEL",
+        container_id: "c-gone",
+        netns: &netns,
+        ifname: "eth0",
+        args: "IgnoreUnknown=1",
+        config: &p.config,
+    });
+    ok(&out);
+    assert_eq!(p.node.all_allocations(), 0);
+    assert!(!p.node.record("c-gone").exists());
+}
+
+#[test]
+fn a_corrupt_record_is_an_error_not_a_silent_success() {
+    let p = pod(two_bridges(7, 8));
+    ok(&p.call("ADD", "c-corrupt"));
+    fs::write(p.node.record("c-corrupt"), "{\"version\":1,\"attach").unwrap();
+    let e = err(&p.call("DEL", "c-corrupt"));
+    assert_eq!(e["code"], 6, "{e}");
+    assert!(e["msg"].as_str().unwrap().contains("corrupt"), "{e}");
+    // The addresses are still held: nothing was silently dropped. Clean up by hand, as the
+    // message tells the operator to.
+    assert_eq!(p.node.all_allocations(), 2);
+    fs::remove_file(p.node.record("c-corrupt")).unwrap();
+    ok(&p.call("DEL", "c-corrupt"));
+    assert_eq!(p.node.all_allocations(), 0, "DEL planned from the config");
+}
+
+#[test]
+fn check_covers_every_attachment() {
+    let p = pod(two_bridges(9, 10));
+    ok(&p.call("ADD", "c-check"));
+    ok(&p.call("CHECK", "c-check"));
+    testkit::netns::ip(&["-n", p.ns.name(), "link", "del", "net1"]);
+    let e = err(&p.call("CHECK", "c-check"));
+    assert!(
+        e["msg"].as_str().unwrap().contains("attachment 2 of 2"),
+        "{e}"
+    );
+    ok(&p.call("DEL", "c-check"));
+    assert_eq!(p.node.all_allocations(), 0);
+}
+
+#[test]
+fn version_and_bad_configurations() {
+    let node = Node::new();
+    let config =
+        node.config(json!({"delegates": [{"cniVersion": "1.0.0", "name": "x", "type": "bridge"}]}));
+    let out = run(&CniCall {
+        command: "VERSION",
+        container_id: "",
+        netns: "",
+        ifname: "",
+        args: "",
+        config: &config,
+    });
+    let v = ok(&out);
+    assert_eq!(v["supportedVersions"].as_array().unwrap().len(), 7);
+
+    let mut bad = config.clone();
+    bad["namespaceIsolaton"] = json!(true);
+    let out = run(&CniCall {
+        command: "ADD",
+        container_id: "c-bad",
+        netns: "/var/run/netns/none",
+        ifname: "eth0",
+        args: "",
+        config: &bad,
+    });
+    let e = err(&out);
+    assert_eq!(e["code"], 7);
+    assert!(
+        e["msg"].as_str().unwrap().contains("namespaceIsolaton"),
+        "{e}"
+    );
+}
