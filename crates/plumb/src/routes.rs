@@ -123,14 +123,19 @@ pub enum NetlinkError {
     /// The kernel refused the request: its errno and, when it gave one, its extended-ack message
     /// (e.g. "Nexthop has invalid gateway").
     #[error("{}{}", io::Error::from_raw_os_error(*errno), ext_ack_suffix(message))]
-    Kernel { errno: i32, message: Option<String> },
+    Kernel {
+        errno: i32,
+        message: Option<Box<str>>,
+    },
     #[error(transparent)]
     Socket(#[from] io::Error),
     #[error("unexpected netlink reply: {0}")]
-    Protocol(String),
+    Protocol(Box<str>),
+    #[error("the dump was interrupted by concurrent changes {DUMP_ATTEMPTS} times")]
+    DumpInterrupted,
 }
 
-fn ext_ack_suffix(message: &Option<String>) -> String {
+fn ext_ack_suffix(message: &Option<Box<str>>) -> String {
     message
         .as_ref()
         .map(|m| format!(": {m}"))
@@ -142,7 +147,7 @@ impl NetlinkError {
         match self {
             NetlinkError::Kernel { errno, .. } => Some(*errno),
             NetlinkError::Socket(e) => e.raw_os_error(),
-            NetlinkError::Protocol(_) => None,
+            NetlinkError::Protocol(_) | NetlinkError::DumpInterrupted => None,
         }
     }
 }
@@ -560,7 +565,7 @@ impl Netlink {
             Ok(Err(Step::Enter(nix::Error::EINVAL))) => {
                 return Err(RouteError::NotANetns {
                     netns: netns.to_path_buf(),
-                    why: "setns refused it as a network namespace (Invalid argument)".into(),
+                    why: "setns: Invalid argument, so a namespace of another kind".into(),
                 });
             }
             Ok(Err(Step::Enter(e))) => {
@@ -673,16 +678,13 @@ impl Netlink {
         &mut self,
         message: RouteNetlinkMessage,
     ) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
-        let mut last = None;
-        for _ in 0..DUMP_ATTEMPTS {
+        for _ in 1..DUMP_ATTEMPTS {
             match self.request(message.clone(), NLM_F_DUMP) {
-                Err(NetlinkError::Protocol(why)) if why == DUMP_INTERRUPTED => {
-                    last = Some(NetlinkError::Protocol(why));
-                }
+                Err(NetlinkError::DumpInterrupted) => {}
                 other => return other,
             }
         }
-        Err(last.unwrap_or_else(|| NetlinkError::Protocol(DUMP_INTERRUPTED.into())))
+        self.request(message, NLM_F_DUMP)
     }
 
     /// A request that only needs the kernel's acknowledgement.
@@ -740,7 +742,7 @@ impl Netlink {
                             });
                         }
                         if interrupted {
-                            return Err(NetlinkError::Protocol(DUMP_INTERRUPTED.into()));
+                            return Err(NetlinkError::DumpInterrupted);
                         }
                         return Ok(replies);
                     }
@@ -749,7 +751,8 @@ impl Netlink {
                         Some(code) => {
                             return Err(NetlinkError::Kernel {
                                 errno: code.get().saturating_abs(),
-                                message: ext_ack_message(reply.header.flags, &e.header),
+                                message: ext_ack_message(reply.header.flags, &e.header)
+                                    .map(Into::into),
                             });
                         }
                     },
@@ -794,8 +797,6 @@ impl Netlink {
     }
 }
 
-const DUMP_INTERRUPTED: &str = "the dump was interrupted by a concurrent change, three times";
-
 /// Splits one datagram into its netlink messages.
 fn parse_datagram(
     datagram: &[u8],
@@ -806,13 +807,12 @@ fn parse_datagram(
         let rest = &datagram[offset..];
         let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         if len < NLMSG_HDRLEN || len > rest.len() {
-            return Err(NetlinkError::Protocol(format!(
-                "a message claims {len} bytes where {} remain",
-                rest.len()
-            )));
+            return Err(NetlinkError::Protocol(
+                format!("a message claims {len} bytes where {} remain", rest.len()).into(),
+            ));
         }
         let message = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len])
-            .map_err(|e| NetlinkError::Protocol(e.to_string()))?;
+            .map_err(|e| NetlinkError::Protocol(e.to_string().into()))?;
         out.push(message);
         // Messages are 4-byte aligned (NLMSG_ALIGN).
         offset += (len + 3) & !3;
