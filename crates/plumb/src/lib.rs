@@ -12,6 +12,7 @@
 //! - [`networks`]: where a node finds delegate configurations (NADs, files).
 //! - [`plugin`]: plumb as the runtime's CNI plugin.
 //! - [`log`]: the log, Multus's line format.
+//! - [`routes`]: `default-route` (spec §4.1.2.1.9) in the pod's netns, over netlink.
 
 pub mod cluster;
 pub mod cnitool;
@@ -23,3 +24,4 @@ pub mod plan;
 pub mod plugin;
 pub mod pod_args;
 pub mod record;
+pub mod routes;

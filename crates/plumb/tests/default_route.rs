@@ -1,0 +1,402 @@
+//! `default-route` (multi-net spec §4.1.2.1.9) in real network namespaces: a pod netns with
+//! veth interfaces whose peers sit in a second netns, routes set up with `ip`, then read back
+//! both with `ip -j route` and with `plumb::routes::default_routes`. Needs root (CI runs as root).
+//!
+//! Every test makes its own namespaces (testkit names them by pid and counter), so the tests run
+//! in parallel, and deleting a namespace on drop takes its links with it even when a test fails.
+
+use std::net::IpAddr;
+use std::os::unix::fs::MetadataExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use plumb::routes::{DefaultRoute, IpFamily, RouteError, default_routes, set_default_route};
+use testkit::netns::{Netns, ip};
+
+/// A pod's netns, and a second netns holding the far ends of its veth interfaces.
+struct Pod {
+    ns: Netns,
+    peers: Netns,
+}
+
+impl Pod {
+    fn new() -> Pod {
+        Pod {
+            ns: Netns::new(),
+            peers: Netns::new(),
+        }
+    }
+
+    /// Adds interface `ifname` (a veth whose peer is in `peers`), up, with `addrs`. IPv6
+    /// addresses get `nodad` so they are usable at once.
+    fn interface(&self, ifname: &str, addrs: &[&str]) -> &Pod {
+        let peer = format!("p-{ifname}");
+        ip(&[
+            "-n",
+            self.ns.name(),
+            "link",
+            "add",
+            ifname,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &peer,
+            "netns",
+            self.peers.name(),
+        ]);
+        ip(&["-n", self.peers.name(), "link", "set", &peer, "up"]);
+        ip(&["-n", self.ns.name(), "link", "set", ifname, "up"]);
+        for addr in addrs {
+            let mut args = vec!["-n", self.ns.name(), "addr", "add", addr, "dev", ifname];
+            if addr.contains(':') {
+                args.push("nodad");
+            }
+            ip(&args);
+        }
+        self
+    }
+
+    /// `ip route add default via gw dev ifname` (what the default network's plugin does).
+    fn default_via(&self, gw: &str, ifname: &str) -> &Pod {
+        let family = if gw.contains(':') { "-6" } else { "-4" };
+        ip(&[
+            "-n",
+            self.ns.name(),
+            family,
+            "route",
+            "add",
+            "default",
+            "via",
+            gw,
+            "dev",
+            ifname,
+        ]);
+        self
+    }
+
+    /// The default routes of one family ("-4" or "-6") as `ip -j route` shows them:
+    /// (dev, gateway, metric), in the kernel's order.
+    fn ip_defaults(&self, family: &str) -> Vec<(String, String, u64)> {
+        self.ns
+            .routes(family)
+            .into_iter()
+            .filter(|r| r["dst"] == "default")
+            .map(|r| {
+                (
+                    r["dev"].as_str().unwrap_or_default().to_string(),
+                    r["gateway"].as_str().unwrap_or_default().to_string(),
+                    // ip omits metric 0.
+                    r["metric"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+
+    /// The same through plumb: (family, dev, gateway, metric).
+    fn plumb_defaults(&self) -> Vec<(IpFamily, String, String, u32)> {
+        default_routes(&self.ns.path())
+            .unwrap()
+            .into_iter()
+            .map(|r: DefaultRoute| {
+                (
+                    r.family,
+                    r.ifname,
+                    r.gateway.map(|g| g.to_string()).unwrap_or_default(),
+                    r.metric,
+                )
+            })
+            .collect()
+    }
+
+    fn set(&self, ifname: &str, gateways: &[&str]) -> Result<(), RouteError> {
+        let gateways: Vec<IpAddr> = gateways.iter().map(|g| g.parse().unwrap()).collect();
+        set_default_route(&self.ns.path(), ifname, &gateways)
+    }
+}
+
+fn row(dev: &str, gw: &str, metric: u64) -> (String, String, u64) {
+    (dev.to_string(), gw.to_string(), metric)
+}
+
+fn prow(family: IpFamily, dev: &str, gw: &str, metric: u32) -> (IpFamily, String, String, u32) {
+    (family, dev.to_string(), gw.to_string(), metric)
+}
+
+/// A pod whose default network (eth0, 10.1.0.0/24 and 2001:db8:1::/64) has the default routes,
+/// and a second attachment net1 (10.2.0.0/24, 2001:db8:2::/64).
+fn dual_stack_pod() -> Pod {
+    let pod = Pod::new();
+    pod.interface("eth0", &["10.1.0.2/24", "2001:db8:1::2/64"])
+        .interface("net1", &["10.2.0.2/24", "2001:db8:2::2/64"])
+        .default_via("10.1.0.1", "eth0")
+        .default_via("2001:db8:1::1", "eth0");
+    pod
+}
+
+/// The Multus v4.2.2 regression case: the default network's default route must go, not stay
+/// beside the new one.
+#[test]
+fn the_default_networks_ipv4_default_moves_to_net1() {
+    let pod = Pod::new();
+    pod.interface("eth0", &["10.1.0.2/24"])
+        .interface("net1", &["10.2.0.2/24"])
+        .default_via("10.1.0.1", "eth0");
+    assert_eq!(pod.ip_defaults("-4"), vec![row("eth0", "10.1.0.1", 0)]);
+    assert_eq!(
+        pod.plumb_defaults(),
+        vec![prow(IpFamily::V4, "eth0", "10.1.0.1", 0)]
+    );
+
+    pod.set("net1", &["10.2.0.1"]).unwrap();
+
+    assert_eq!(pod.ip_defaults("-4"), vec![row("net1", "10.2.0.1", 0)]);
+    assert_eq!(
+        pod.plumb_defaults(),
+        vec![prow(IpFamily::V4, "net1", "10.2.0.1", 0)]
+    );
+    // Only the default route moved: eth0 keeps its subnet.
+    let eth0_subnet = pod
+        .ns
+        .routes("-4")
+        .into_iter()
+        .any(|r| r["dst"] == "10.1.0.0/24" && r["dev"] == "eth0");
+    assert!(eth0_subnet, "{:?}", pod.ns.routes("-4"));
+
+    // Asking again is idempotent: the route is replaced by itself, not duplicated.
+    pod.set("net1", &["10.2.0.1"]).unwrap();
+    assert_eq!(pod.ip_defaults("-4"), vec![row("net1", "10.2.0.1", 0)]);
+}
+
+#[test]
+fn ipv4_and_ipv6_defaults_move_together() {
+    let pod = dual_stack_pod();
+    pod.set("net1", &["10.2.0.1", "2001:db8:2::1"]).unwrap();
+
+    assert_eq!(pod.ip_defaults("-4"), vec![row("net1", "10.2.0.1", 0)]);
+    // IPv6 metrics start at 1024: the kernel would turn 0 into 1024 anyway.
+    assert_eq!(
+        pod.ip_defaults("-6"),
+        vec![row("net1", "2001:db8:2::1", 1024)]
+    );
+    assert_eq!(
+        pod.plumb_defaults(),
+        vec![
+            prow(IpFamily::V4, "net1", "10.2.0.1", 0),
+            prow(IpFamily::V6, "net1", "2001:db8:2::1", 1024),
+        ]
+    );
+}
+
+#[test]
+fn an_ipv4_only_request_leaves_the_ipv6_default_alone() {
+    let pod = dual_stack_pod();
+    pod.set("net1", &["10.2.0.1"]).unwrap();
+
+    assert_eq!(pod.ip_defaults("-4"), vec![row("net1", "10.2.0.1", 0)]);
+    assert_eq!(
+        pod.ip_defaults("-6"),
+        vec![row("eth0", "2001:db8:1::1", 1024)]
+    );
+    assert_eq!(
+        pod.plumb_defaults(),
+        vec![
+            prow(IpFamily::V4, "net1", "10.2.0.1", 0),
+            prow(IpFamily::V6, "eth0", "2001:db8:1::1", 1024),
+        ]
+    );
+
+    // And the other way round.
+    pod.set("net1", &["2001:db8:2::1"]).unwrap();
+    assert_eq!(
+        pod.ip_defaults("-6"),
+        vec![row("net1", "2001:db8:2::1", 1024)]
+    );
+    assert_eq!(pod.ip_defaults("-4"), vec![row("net1", "10.2.0.1", 0)]);
+}
+
+#[test]
+fn several_gateways_of_a_family_get_metrics_in_their_order() {
+    let pod = dual_stack_pod();
+    pod.set(
+        "net1",
+        &["10.2.0.1", "2001:db8:2::1", "10.2.0.254", "2001:db8:2::fe"],
+    )
+    .unwrap();
+
+    assert_eq!(
+        pod.ip_defaults("-4"),
+        vec![row("net1", "10.2.0.1", 0), row("net1", "10.2.0.254", 1)]
+    );
+    assert_eq!(
+        pod.ip_defaults("-6"),
+        vec![
+            row("net1", "2001:db8:2::1", 1024),
+            row("net1", "2001:db8:2::fe", 1025)
+        ]
+    );
+    assert_eq!(
+        pod.plumb_defaults(),
+        vec![
+            prow(IpFamily::V4, "net1", "10.2.0.1", 0),
+            prow(IpFamily::V4, "net1", "10.2.0.254", 1),
+            prow(IpFamily::V6, "net1", "2001:db8:2::1", 1024),
+            prow(IpFamily::V6, "net1", "2001:db8:2::fe", 1025),
+        ]
+    );
+    // The order means something: the kernel sends traffic to the first gateway.
+    for (dst, gw) in [
+        ("192.0.2.7", "10.2.0.1"),
+        ("2001:db8:ff::7", "2001:db8:2::1"),
+    ] {
+        let got = testkit::netns::ip_json(&["-n", pod.ns.name(), "route", "get", dst]);
+        assert_eq!(got[0]["gateway"], gw, "{got}");
+    }
+}
+
+#[test]
+fn an_unreachable_gateway_is_refused_and_the_old_default_stays() {
+    let pod = dual_stack_pod();
+    let path = pod.ns.path();
+    let before4 = pod.ip_defaults("-4");
+    let before6 = pod.ip_defaults("-6");
+
+    let e = pod.set("net1", &["10.9.9.1"]).unwrap_err();
+    let text = e.to_string();
+    for part in ["10.9.9.1", "net1", &path.display().to_string()] {
+        assert!(text.contains(part), "{part} missing from: {text}");
+    }
+    assert!(
+        text.contains("the previous default routes are back in place"),
+        "{text}"
+    );
+    assert_eq!(cni::CniError::from(e).code, 7, "{text}");
+    assert_eq!(pod.ip_defaults("-4"), before4);
+    assert_eq!(pod.ip_defaults("-6"), before6);
+
+    // A good gateway before a bad one: the good one is taken back out, eth0's put back.
+    let e = pod.set("net1", &["10.2.0.1", "10.9.9.1"]).unwrap_err();
+    assert!(e.to_string().contains("10.9.9.1"), "{e}");
+    assert_eq!(pod.ip_defaults("-4"), before4);
+
+    // A bad IPv6 gateway undoes the IPv4 move made in the same call.
+    let e = pod.set("net1", &["10.2.0.1", "2001:db8:9::1"]).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("2001:db8:9::1"), "{text}");
+    assert_eq!(cni::CniError::from(e).code, 7, "{text}");
+    assert_eq!(pod.ip_defaults("-4"), before4);
+    assert_eq!(pod.ip_defaults("-6"), before6);
+    assert_eq!(
+        pod.plumb_defaults(),
+        vec![
+            prow(IpFamily::V4, "eth0", "10.1.0.1", 0),
+            prow(IpFamily::V6, "eth0", "2001:db8:1::1", 1024),
+        ]
+    );
+}
+
+#[test]
+fn an_unknown_interface_and_paths_that_are_not_a_netns_are_clear_errors() {
+    let pod = dual_stack_pod();
+    let path = pod.ns.path();
+
+    let e = pod.set("net9", &["10.2.0.1"]).unwrap_err();
+    assert!(matches!(e, RouteError::NoSuchInterface { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("net9") && text.contains(&path.display().to_string()),
+        "{text}"
+    );
+    assert_eq!(cni::CniError::from(e).code, 7);
+    assert_eq!(pod.ip_defaults("-4"), vec![row("eth0", "10.1.0.1", 0)]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-netns");
+    std::fs::write(&file, "").unwrap();
+    for result in [
+        set_default_route(&file, "net1", &["10.2.0.1".parse().unwrap()]),
+        default_routes(&file).map(drop),
+    ] {
+        let e = result.unwrap_err();
+        assert!(matches!(e, RouteError::NotANetns { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains(&file.display().to_string()) && text.contains("not a network namespace"),
+            "{text}"
+        );
+        assert_eq!(cni::CniError::from(e).code, 8);
+    }
+
+    // A namespace, but not a network one.
+    let e = default_routes("/proc/self/ns/mnt".as_ref()).unwrap_err();
+    assert!(matches!(e, RouteError::NotANetns { .. }), "{e}");
+
+    let missing = dir.path().join("gone");
+    let e = default_routes(&missing).unwrap_err();
+    assert!(matches!(e, RouteError::OpenNetns { .. }), "{e}");
+    assert!(e.to_string().contains("gone"), "{e}");
+}
+
+fn thread_netns_inode() -> u64 {
+    std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino()
+}
+
+#[test]
+fn the_calling_thread_never_leaves_its_netns() {
+    let pod = dual_stack_pod();
+    let before = thread_netns_inode();
+    let pod_inode = std::fs::metadata(pod.ns.path()).unwrap().ino();
+    assert_ne!(before, pod_inode);
+
+    pod.set("net1", &["10.2.0.1", "2001:db8:2::1"]).unwrap();
+    assert_eq!(thread_netns_inode(), before);
+    let _ = pod.set("net1", &["10.9.9.1"]).unwrap_err();
+    assert_eq!(thread_netns_inode(), before);
+    assert_eq!(pod.plumb_defaults().len(), 2);
+    assert_eq!(thread_netns_inode(), before);
+    assert_eq!(
+        std::fs::metadata("/proc/self/ns/net").unwrap().ino(),
+        before
+    );
+}
+
+/// `ip netns exec NS sleep`, killed on drop: a process whose `/proc/PID/ns/net` is the pod's.
+struct Sleeper(Child);
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_proc_pid_ns_net_path_works_as_cni_netns() {
+    let pod = Pod::new();
+    pod.interface("eth0", &["10.1.0.2/24"])
+        .interface("net1", &["10.2.0.2/24"])
+        .default_via("10.1.0.1", "eth0");
+    let child = Command::new("ip")
+        .args(["netns", "exec", pod.ns.name(), "sleep", "60"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let sleeper = Sleeper(child);
+    let proc_path = format!("/proc/{}/ns/net", sleeper.0.id());
+    // `ip netns exec` enters the namespace, then execs sleep in the same process.
+    let pod_inode = std::fs::metadata(pod.ns.path()).unwrap().ino();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(&proc_path).map(|m| m.ino()).ok() != Some(pod_inode) {
+        assert!(
+            Instant::now() < deadline,
+            "{proc_path} never entered the pod netns"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    set_default_route(proc_path.as_ref(), "net1", &["10.2.0.1".parse().unwrap()]).unwrap();
+    assert_eq!(pod.ip_defaults("-4"), vec![row("net1", "10.2.0.1", 0)]);
+    let got = default_routes(proc_path.as_ref()).unwrap();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].to_string(), "default via 10.2.0.1 dev net1 metric 0");
+}
