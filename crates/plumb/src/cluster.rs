@@ -128,7 +128,8 @@ impl KubeCluster {
             .enable_all()
             .build()
             .map_err(|e| CniError::new(ErrorCode::Internal, format!("tokio runtime: {e}")))?;
-        let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| bad(&e))?;
+        let mut kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| bad(&e))?;
+        inline_token_files(&mut kc).map_err(|e| bad(&e))?;
         let mut cfg = rt
             .block_on(kube::Config::from_custom_kubeconfig(
                 kc,
@@ -251,6 +252,27 @@ impl Cluster for KubeCluster {
             .map(drop)
             .map_err(|e| cni_error(&format!("event on pod {}/{}", pod.namespace, pod.name), &e))
     }
+}
+
+/// Reads every `tokenFile` now, trimmed, into `token`: kube-rs keeps a file's token for a
+/// minute and does not trim it, while a service-account token written with a final newline is
+/// common (client-go trims). Reading it on every CNI call is what makes rotation safe.
+fn inline_token_files(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
+    for named in &mut kc.auth_infos {
+        let Some(auth) = named.auth_info.as_mut() else {
+            continue;
+        };
+        if let Some(file) = auth.token_file.take() {
+            let token = std::fs::read_to_string(&file)
+                .map_err(|e| format!("user {:?}: tokenFile {file}: {e}", named.name))?;
+            let token = token.trim();
+            if token.is_empty() {
+                return Err(format!("user {:?}: tokenFile {file} is empty", named.name));
+            }
+            auth.token = Some(token.to_string().into());
+        }
+    }
+    Ok(())
 }
 
 /// Annotations as the planner takes them.

@@ -238,7 +238,9 @@ impl Config {
         let r = Reader { raw: &raw };
         let mut warnings = Vec::new();
         for key in raw.keys() {
-            if KNOWN.contains(&key.as_str()) {
+            // Keys the runtime injects (CNI spec §1: `cni.dev/` is reserved; GC's
+            // `cni.dev/valid-attachments`) are the request's, not configuration.
+            if KNOWN.contains(&key.as_str()) || key.starts_with("cni.dev/") {
                 continue;
             }
             if let Some((_, why)) = UNSUPPORTED.iter().find(|(k, _)| k == key) {

@@ -185,7 +185,8 @@ impl Executor<'_> {
     }
 
     /// DEL of every attachment of the sandbox's record, in reverse. `netns` is the runtime's
-    /// (it may be empty or gone: the delegates still get DEL, so IPAM releases addresses).
+    /// (it may be gone: the delegates still get DEL, so IPAM releases addresses; empty means the
+    /// recorded one).
     /// Without a record there is nothing plumb did: `Ok(false)`.
     pub fn del(&self, sandbox: &Sandbox, netns: &str) -> Result<bool, CniError> {
         let Some(record) = self.records.load(&sandbox.container_id)? else {
@@ -195,6 +196,13 @@ impl Executor<'_> {
         let sandbox = Sandbox {
             cni_args: record.cni_args.clone(),
             ..sandbox.clone()
+        };
+        // No namespace given (GC, or a runtime that forgot it): the one ADD used, so the
+        // delegates can remove their interfaces too; if it is gone they only release.
+        let netns = if netns.is_empty() {
+            &record.netns
+        } else {
+            netns
         };
         self.del_record(&sandbox, netns, &record)?;
         Ok(true)

@@ -441,11 +441,6 @@ impl DefaultRoutes for NetlinkRoutes {
         ifname: &str,
         gateways: &[std::net::IpAddr],
     ) -> Result<(), CniError> {
-        // TODO(merge): crate::routes::set_default_route once the netlink module lands.
-        let _ = (netns, ifname, gateways);
-        Err(CniError::new(
-            ErrorCode::Internal,
-            "default-route is not implemented yet",
-        ))
+        crate::routes::set_default_route(netns, ifname, gateways).map_err(CniError::from)
     }
 }

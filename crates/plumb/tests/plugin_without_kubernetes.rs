@@ -230,3 +230,60 @@ fn version_and_bad_configurations() {
         "{e}"
     );
 }
+
+#[test]
+fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
+    // CNI 1.1 GC: the runtime lists the attachments it still has; plumb deletes every other
+    // sandbox it recorded (all its networks), and keeps the listed ones.
+    let p = pod(two_bridges(13, 14));
+    let mut config = p.config.clone();
+    config["cniVersion"] = json!("1.1.0");
+    let p = Pod { config, ..p };
+    let ns2 = Netns::new();
+    ok(&p.call("ADD", "c-live"));
+    ok(&run(&CniCall {
+        command: "ADD",
+        container_id: "c-stale",
+        netns: &ns2.path().display().to_string(),
+        ifname: "eth0",
+        args: "IgnoreUnknown=1",
+        config: &p.config,
+    }));
+    assert_eq!(p.node.all_allocations(), 4);
+
+    let mut gc = p.config.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "c-live", "ifname": "eth0"}]);
+    ok(&run(&CniCall {
+        command: "GC",
+        container_id: "",
+        netns: "",
+        ifname: "",
+        args: "",
+        config: &gc,
+    }));
+    assert_eq!(
+        p.node.all_allocations(),
+        2,
+        "the stale sandbox's addresses are released"
+    );
+    assert!(!p.node.record("c-stale").exists());
+    assert!(p.node.record("c-live").exists());
+    assert_eq!(ns2.links(), ["lo"]);
+    assert_eq!(
+        p.ns.addresses("net1"),
+        ["10.203.14.2/24"],
+        "the live one is untouched"
+    );
+
+    // STATUS covers every known network; these delegates speak 1.0.0, which has no STATUS.
+    ok(&run(&CniCall {
+        command: "STATUS",
+        container_id: "",
+        netns: "",
+        ifname: "",
+        args: "",
+        config: &p.config,
+    }));
+    ok(&p.call("DEL", "c-live"));
+    assert_eq!(p.node.all_allocations(), 0);
+}

@@ -154,6 +154,7 @@ impl Drop for Netns {
     fn drop(&mut self) {
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
+            .stderr(std::process::Stdio::null())
             .status();
     }
 }
@@ -191,8 +192,10 @@ impl Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
+        // Quietly: a test may adopt a link that was never made (its ADD failed first).
         let _ = Command::new("ip")
             .args(["link", "del", &self.name])
+            .stderr(std::process::Stdio::null())
             .status();
     }
 }

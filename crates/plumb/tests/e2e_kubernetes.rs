@@ -1,0 +1,508 @@
+//! plumb end to end with Kubernetes: the built binary run exactly as a runtime runs it (CNI_*
+//! environment, configuration on stdin), Debian's reference plugins in real network namespaces,
+//! and testkit's API stand-in reached through kube-rs from a kubeconfig, as a real cluster
+//! would be. Needs root (CI runs as root).
+
+mod common;
+
+use std::fs;
+
+use common::{CniCall, Node, err, ok, run};
+use serde_json::{Value, json};
+use testkit::kube_api::{KubeApi, KubeApiOptions, KubeconfigUser, Resource};
+use testkit::netns::{Link, Netns, unique_name};
+
+const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
+const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
+
+/// A cluster of one node: the API stand-in with the cluster network and three NADs, a kubeconfig
+/// with a token file, the node's directories, and the host bridges the NADs use.
+struct Cluster {
+    api: KubeApi,
+    node: Node,
+    config: Value,
+    token_file: std::path::PathBuf,
+    _links: Vec<Link>,
+    /// The second octet of this test's subnets: 10.<net>.N.0/24.
+    net: u8,
+}
+
+/// A bridge + host-local NAD; `default_route` makes the pod's default route point at it, as a
+/// cluster network does.
+fn bridge_nad(
+    node: &Node,
+    (ns, name): (&str, &str),
+    bridge: &str,
+    subnet: String,
+    default_route: bool,
+) -> Value {
+    let mut ipam = json!({"type": "host-local", "subnet": subnet, "dataDir": node.ipam_dir()});
+    if default_route {
+        ipam["routes"] = json!([{"dst": "0.0.0.0/0"}]);
+    }
+    nad(
+        ns,
+        name,
+        json!({"cniVersion": "1.0.0", "type": "bridge", "bridge": bridge, "isGateway": true,
+               "ipam": ipam}),
+    )
+}
+
+fn nad(ns: &str, name: &str, config: Value) -> Value {
+    json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+           "metadata": {"namespace": ns, "name": name},
+           "spec": {"config": config.to_string()}})
+}
+
+impl Cluster {
+    /// `net` picks this test's subnets (10.<net>.1-3.0/24), so tests run in parallel.
+    fn new(net: u8) -> Cluster {
+        testkit::netns::require_root();
+        let api = KubeApi::start(KubeApiOptions::default());
+        let node = Node::new();
+        let (b0, b1, parent) = (unique_name("kc"), unique_name("ka"), unique_name("kp"));
+        let parent_link = Link::bridge(&parent);
+        api.put(
+            Resource::NetworkAttachmentDefinitions,
+            bridge_nad(
+                &node,
+                ("kube-system", "default-net"),
+                &b0,
+                format!("10.{net}.1.0/24"),
+                true,
+            ),
+        );
+        api.put(
+            Resource::NetworkAttachmentDefinitions,
+            bridge_nad(
+                &node,
+                ("default", "net-a"),
+                &b1,
+                format!("10.{net}.2.0/24"),
+                false,
+            ),
+        );
+        api.put(
+            Resource::NetworkAttachmentDefinitions,
+            nad(
+                "other-ns",
+                "net-b",
+                json!({"cniVersion": "1.0.0", "type": "macvlan", "master": parent, "mode": "bridge",
+                       "ipam": {"type": "host-local", "subnet": format!("10.{net}.3.0/24"),
+                                "dataDir": node.ipam_dir()}}),
+            ),
+        );
+        let token_file = node.path("token");
+        let kubeconfig = api.write_kubeconfig(
+            node.path("kubeconfig"),
+            KubeconfigUser::TokenFile(&token_file),
+        );
+        let config =
+            node.config(json!({"clusterNetwork": "default-net", "kubeconfig": kubeconfig}));
+        Cluster {
+            api,
+            node,
+            config,
+            token_file,
+            _links: vec![Link::adopt(&b0), Link::adopt(&b1), parent_link],
+            net,
+        }
+    }
+
+    /// A pod in `ns` with these annotations; returns its UID.
+    fn pod(&self, ns: &str, name: &str, annotations: Value) -> String {
+        let pod = self.api.put(
+            Resource::Pods,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"namespace": ns, "name": name, "annotations": annotations},
+                   "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+        );
+        pod["metadata"]["uid"].as_str().unwrap().to_string()
+    }
+
+    fn call(
+        &self,
+        command: &str,
+        ns: &Netns,
+        pod: (&str, &str, &str),
+        cid: &str,
+    ) -> std::process::Output {
+        let netns = ns.path().display().to_string();
+        self.call_in(command, &netns, pod, cid)
+    }
+
+    fn call_in(
+        &self,
+        command: &str,
+        netns: &str,
+        pod: (&str, &str, &str),
+        cid: &str,
+    ) -> std::process::Output {
+        let (pns, pname, uid) = pod;
+        let args = format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={pns};K8S_POD_NAME={pname};\
+             K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID={uid}"
+        );
+        run(&CniCall {
+            command,
+            container_id: cid,
+            netns,
+            ifname: "eth0",
+            args: &args,
+            config: &self.config,
+        })
+    }
+
+    fn status_of(&self, ns: &str, name: &str) -> Option<Vec<Value>> {
+        let pod = self.api.get(Resource::Pods, ns, name)?;
+        let text = pod["metadata"]["annotations"][NETWORK_STATUS]
+            .as_str()?
+            .to_string();
+        Some(serde_json::from_str(&text).unwrap())
+    }
+
+    fn events_for(&self, ns: &str, name: &str) -> Vec<Value> {
+        self.api
+            .list(Resource::Events, Some(ns))
+            .into_iter()
+            .filter(|e| e["involvedObject"]["name"] == name)
+            .collect()
+    }
+
+    fn assert_nothing_left(&self, ns: &Netns, cid: &str) {
+        assert_eq!(ns.links(), ["lo"], "interfaces left");
+        assert_eq!(self.node.all_allocations(), 0, "addresses left");
+        assert!(!self.node.record(cid).exists(), "record left");
+        assert!(
+            self.node.cache_entries().is_empty(),
+            "cache entries left: {:?}",
+            self.node.cache_entries()
+        );
+    }
+}
+
+#[test]
+fn a_pod_on_three_networks_and_back() {
+    let c = Cluster::new(205);
+    let uid = c.pod(
+        "default",
+        "web",
+        json!({NETWORKS: "net-a,other-ns/net-b@mv1"}),
+    );
+    let ns = Netns::new();
+    let pod = ("default", "web", uid.as_str());
+
+    let result = ok(&c.call("ADD", &ns, pod, "c3"));
+    assert_eq!(
+        result["ips"][0]["address"], "10.205.1.2/24",
+        "the default network's result"
+    );
+    assert_eq!(ns.addresses("eth0"), ["10.205.1.2/24"]);
+    assert_eq!(ns.addresses("net1"), ["10.205.2.2/24"]);
+    assert_eq!(ns.addresses("mv1"), ["10.205.3.2/24"]);
+    let mv1 = ns.ip_json(&["-d", "link", "show", "dev", "mv1"]);
+    assert_eq!(mv1[0]["linkinfo"]["info_kind"], "macvlan");
+
+    // network-status (multi-net spec §5): every attachment, in order, as the spec lays it out.
+    let status = c
+        .status_of("default", "web")
+        .expect("network-status written");
+    assert_eq!(status.len(), 3, "{status:?}");
+    assert_eq!(status[0]["name"], "kube-system/default-net");
+    assert_eq!(status[0]["interface"], "eth0");
+    assert_eq!(status[0]["default"], true);
+    assert_eq!(status[0]["ips"], json!(["10.205.1.2"]));
+    assert_eq!(status[0]["mac"].as_str(), ns.mac("eth0").as_deref());
+    assert_eq!(status[1]["name"], "default/net-a");
+    assert_eq!(status[1]["interface"], "net1");
+    assert_eq!(status[1]["ips"], json!(["10.205.2.2"]));
+    assert!(status[1].get("default").is_none() || status[1]["default"] == false);
+    assert_eq!(status[2]["name"], "other-ns/net-b");
+    assert_eq!(status[2]["interface"], "mv1");
+    assert_eq!(status[2]["mac"].as_str(), ns.mac("mv1").as_deref());
+
+    // What plumb asked of the API server: the pod, each NAD, one PATCH of the status.
+    let log = c.api.requests();
+    let calls: Vec<(String, String)> = log
+        .iter()
+        .map(|r| (r.method.clone(), r.path.clone()))
+        .collect();
+    assert!(
+        calls.contains(&("GET".into(), "/api/v1/namespaces/default/pods/web".into())),
+        "{calls:?}"
+    );
+    let patches: Vec<_> = log.iter().filter(|r| r.method == "PATCH").collect();
+    assert_eq!(patches.len(), 1, "{calls:?}");
+    assert_eq!(
+        patches[0].path,
+        "/api/v1/namespaces/default/pods/web/status"
+    );
+    assert!(
+        log.iter().all(|r| r.bearer_token.is_some()),
+        "every request authenticated"
+    );
+
+    ok(&c.call("DEL", &ns, pod, "c3"));
+    c.assert_nothing_left(&ns, "c3");
+}
+
+#[test]
+fn json_annotation_with_ips_and_mac() {
+    let c = Cluster::new(206);
+    let bridge = unique_name("ks");
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "default",
+            "static-net",
+            json!({"cniVersion": "1.0.0", "plugins": [
+            {"type": "bridge", "bridge": bridge, "capabilities": {"ips": true},
+             "ipam": {"type": "static"}},
+            {"type": "tuning", "capabilities": {"mac": true}}]}),
+        ),
+    );
+    let _bridge = Link::adopt(&bridge);
+    let annotation = r#"[{"name":"static-net","ips":["10.206.9.5/24"],"mac":"02:00:00:00:09:05"}]"#;
+    let uid = c.pod("default", "st", json!({NETWORKS: annotation}));
+    let ns = Netns::new();
+    let pod = ("default", "st", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "cst"));
+    assert_eq!(ns.addresses("net1"), ["10.206.9.5/24"]);
+    assert_eq!(ns.mac("net1").as_deref(), Some("02:00:00:00:09:05"));
+    let status = c.status_of("default", "st").unwrap();
+    assert_eq!(status[1]["ips"], json!(["10.206.9.5"]));
+    assert_eq!(status[1]["mac"], "02:00:00:00:09:05");
+    ok(&c.call("DEL", &ns, pod, "cst"));
+    c.assert_nothing_left(&ns, "cst");
+}
+
+#[test]
+fn the_same_network_twice() {
+    let c = Cluster::new(207);
+    let uid = c.pod("default", "twice", json!({NETWORKS: "net-a,net-a"}));
+    let ns = Netns::new();
+    let pod = ("default", "twice", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "ctw"));
+    assert_eq!(ns.addresses("net1"), ["10.207.2.2/24"]);
+    assert_eq!(ns.addresses("net2"), ["10.207.2.3/24"]);
+    let status = c.status_of("default", "twice").unwrap();
+    let names: Vec<&str> = status
+        .iter()
+        .map(|s| s["interface"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["eth0", "net1", "net2"]);
+    ok(&c.call("DEL", &ns, pod, "ctw"));
+    c.assert_nothing_left(&ns, "ctw");
+}
+
+#[test]
+fn isolation_refusal_and_a_missing_nad_fail_before_anything_is_attached() {
+    let c = Cluster::new(208);
+    let mut config = c.config.clone();
+    config["namespaceIsolation"] = json!(true);
+    let c = Cluster { config, ..c };
+    let uid = c.pod("tenant", "iso", json!({NETWORKS: "other-ns/net-b"}));
+    let ns = Netns::new();
+    let e = err(&c.call("ADD", &ns, ("tenant", "iso", &uid), "ciso"));
+    assert_eq!(e["code"], 7);
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("tenant/iso")
+            && msg.contains("other-ns/net-b")
+            && msg.contains("namespaceIsolation"),
+        "{e}"
+    );
+    c.assert_nothing_left(&ns, "ciso");
+    let events = c.events_for("tenant", "iso");
+    assert!(events.iter().any(|e| e["type"] == "Warning" && e["message"].as_str().unwrap().contains("namespace")), "{events:?}");
+
+    let uid = c.pod("default", "nonad", json!({NETWORKS: "missing-net"}));
+    let e = err(&c.call("ADD", &ns, ("default", "nonad", &uid), "cnonad"));
+    assert!(
+        e["msg"].as_str().unwrap().contains("default/missing-net"),
+        "{e}"
+    );
+    assert!(e["msg"].as_str().unwrap().contains("not found"), "{e}");
+    c.assert_nothing_left(&ns, "cnonad");
+    assert!(
+        c.events_for("default", "nonad")
+            .iter()
+            .any(|e| e["reason"] == "NoNetworkFound")
+    );
+}
+
+#[test]
+fn a_delegate_failing_midway_then_del_cleans_everything() {
+    let c = Cluster::new(209);
+    let bridge = unique_name("kt");
+    let _b = Link::adopt(&bridge);
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad("default", "bad-tuning", json!({"cniVersion": "1.0.0", "plugins": [
+            {"type": "bridge", "bridge": bridge,
+             "ipam": {"type": "host-local", "subnet": "10.209.7.0/24", "dataDir": c.node.ipam_dir()}},
+            {"type": "tuning", "mac": "not-a-mac"}]})),
+    );
+    let uid = c.pod("default", "half", json!({NETWORKS: "net-a,bad-tuning"}));
+    let ns = Netns::new();
+    let pod = ("default", "half", uid.as_str());
+    let e = err(&c.call("ADD", &ns, pod, "chalf"));
+    assert!(
+        e["msg"].as_str().unwrap().contains("default/bad-tuning"),
+        "{e}"
+    );
+    assert!(
+        c.status_of("default", "half").is_none(),
+        "no status for a failed ADD"
+    );
+    // The runtime calls DEL after a failed ADD.
+    ok(&c.call("DEL", &ns, pod, "chalf"));
+    c.assert_nothing_left(&ns, "chalf");
+}
+
+#[test]
+fn del_with_the_api_server_down_works_from_the_record() {
+    let c = Cluster::new(210);
+    let uid = c.pod(
+        "default",
+        "down",
+        json!({NETWORKS: "net-a,other-ns/net-b@mv1"}),
+    );
+    let ns = Netns::new();
+    let pod = ("default", "down", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "cdown"));
+    assert_eq!(c.node.all_allocations(), 3);
+    c.api.set_down(true);
+    ok(&c.call("DEL", &ns, pod, "cdown"));
+    c.assert_nothing_left(&ns, "cdown");
+    // And ADD with the API down fails clearly, attaching nothing.
+    let ns2 = Netns::new();
+    let e = err(&c.call("ADD", &ns2, pod, "cdown2"));
+    assert!(e["msg"].as_str().unwrap().contains("Kubernetes API"), "{e}");
+    c.assert_nothing_left(&ns2, "cdown2");
+}
+
+#[test]
+fn token_rotated_between_add_and_del() {
+    let c = Cluster::new(211);
+    let uid = c.pod("default", "rot", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let pod = ("default", "rot", uid.as_str());
+    let old = fs::read_to_string(&c.token_file).unwrap();
+    ok(&c.call("ADD", &ns, pod, "crot"));
+    // The service-account token rotates: the new one is written, the old one revoked.
+    let new = format!("rotated-{}", std::process::id());
+    c.api.accept_token(&new);
+    c.api.revoke_token(old.trim());
+    fs::write(&c.token_file, &new).unwrap();
+    c.api.clear_requests();
+    ok(&c.call("DEL", &ns, pod, "crot"));
+    c.assert_nothing_left(&ns, "crot");
+    // A new pod is attached with the new token.
+    let uid2 = c.pod("default", "rot2", json!({NETWORKS: "net-a"}));
+    let ns2 = Netns::new();
+    ok(&c.call("ADD", &ns2, ("default", "rot2", &uid2), "crot2"));
+    let log = c.api.requests();
+    assert!(!log.is_empty());
+    assert!(
+        log.iter()
+            .all(|r| r.bearer_token.as_deref() == Some(new.as_str()) && r.status < 400),
+        "{log:?}"
+    );
+    ok(&c.call("DEL", &ns2, ("default", "rot2", &uid2), "crot2"));
+}
+
+#[test]
+fn a_recreated_pod_or_a_missing_one_gets_nothing() {
+    let c = Cluster::new(212);
+    c.pod("default", "re", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let e = err(&c.call("ADD", &ns, ("default", "re", "an-old-uid"), "cre"));
+    assert!(e["msg"].as_str().unwrap().contains("recreated"), "{e}");
+    c.assert_nothing_left(&ns, "cre");
+    let e = err(&c.call("ADD", &ns, ("default", "ghost", "u"), "cghost"));
+    assert!(e["msg"].as_str().unwrap().contains("not found"), "{e}");
+    c.assert_nothing_left(&ns, "cghost");
+}
+
+#[test]
+fn pod_annotations_from_the_runtime_spare_the_pod_get() {
+    let c = Cluster::new(213);
+    let mut config = c.config.clone();
+    config["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": {NETWORKS: "net-a"}});
+    let c = Cluster { config, ..c };
+    let uid = c.pod("default", "rtann", json!({}));
+    let ns = Netns::new();
+    let pod = ("default", "rtann", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "crt"));
+    assert_eq!(ns.addresses("net1"), ["10.213.2.2/24"]);
+    let gets: Vec<_> = c
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.contains("/pods/"))
+        .collect();
+    assert!(gets.is_empty(), "{gets:?}");
+    assert_eq!(c.status_of("default", "rtann").unwrap().len(), 2);
+    ok(&c.call("DEL", &ns, pod, "crt"));
+    c.assert_nothing_left(&ns, "crt");
+}
+
+#[test]
+fn system_namespace_pods_get_no_status_write() {
+    let c = Cluster::new(214);
+    let uid = c.pod("kube-system", "sys", json!({}));
+    let ns = Netns::new();
+    let pod = ("kube-system", "sys", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "csys"));
+    assert!(c.api.requests().iter().all(|r| r.method != "PATCH"));
+    assert!(c.status_of("kube-system", "sys").is_none());
+    ok(&c.call("DEL", &ns, pod, "csys"));
+    c.assert_nothing_left(&ns, "csys");
+    let _ = c.net;
+}
+
+#[test]
+fn default_route_moves_to_net1() {
+    // multi-net spec §4.1.2.1.9; Multus v4.2.2 leaves eth0's default in place (its
+    // DeleteDefaultGW deletes nothing), so the routes are read back here.
+    let c = Cluster::new(215);
+    let ns0 = Netns::new();
+    // Without the annotation, the cluster network has the default route.
+    let uid0 = c.pod("default", "plain", json!({NETWORKS: "net-a"}));
+    ok(&c.call("ADD", &ns0, ("default", "plain", &uid0), "cplain"));
+    let before: Vec<Value> = ns0
+        .routes("-4")
+        .into_iter()
+        .filter(|r| r["dst"] == "default")
+        .collect();
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_eq!(before[0]["dev"], "eth0");
+    ok(&c.call("DEL", &ns0, ("default", "plain", &uid0), "cplain"));
+    let annotation = r#"[{"name":"net-a","default-route":["10.215.2.1"]}]"#;
+    let uid = c.pod("default", "gw", json!({NETWORKS: annotation}));
+    let ns = Netns::new();
+    let pod = ("default", "gw", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "cgw"));
+    let defaults: Vec<(String, String)> = ns
+        .routes("-4")
+        .into_iter()
+        .filter(|r| r["dst"] == "default")
+        .map(|r| {
+            (
+                r["dev"].as_str().unwrap().to_string(),
+                r["gateway"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        defaults,
+        [("net1".to_string(), "10.215.2.1".to_string())],
+        "{:?}",
+        ns.routes("-4")
+    );
+    let status = c.status_of("default", "gw").unwrap();
+    assert_eq!(status[1]["default-route"], json!(["10.215.2.1"]));
+    ok(&c.call("DEL", &ns, pod, "cgw"));
+    c.assert_nothing_left(&ns, "cgw");
+}
