@@ -76,4 +76,16 @@ impl Log {
     pub fn debug(&self, msg: &str) {
         self.write(LogLevel::Debug, "debug", msg);
     }
+
+    /// Whether debug lines are written (to skip work done only for them).
+    pub fn debug_enabled(&self) -> bool {
+        self.level >= LogLevel::Debug
+    }
+}
+
+/// This process's peak resident set size in KiB (`VmHWM`), for the debug log of a call.
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }

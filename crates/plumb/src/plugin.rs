@@ -257,14 +257,16 @@ impl Plumb<'_> {
             }
             if call.config.attachment_events {
                 for a in &added {
+                    // Multus's wording (multus-reference §2.14), which tools grep for.
                     let msg = format!(
-                        "Add {} {:?} from {}",
+                        "Add {} [{}] from {}",
                         a.attachment.ifname,
                         a.result
                             .ips
                             .iter()
                             .map(|ip| ip.address.to_string())
-                            .collect::<Vec<_>>(),
+                            .collect::<Vec<_>>()
+                            .join(" "),
                         a.attachment.network
                     );
                     if let Err(e) = cluster.event(pod, "Normal", "AddedInterface", &msg) {
@@ -394,11 +396,19 @@ impl Plugin for Plumb<'_> {
 
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let call = Call::new(args)?;
-        self.do_add(&call, args).map_err(|e| {
+        let result = self.do_add(&call, args).map_err(|e| {
             let e = e.context(who(&call.pod_args, &args.container_id));
             call.log.error(&format!("ADD: {e}"));
             e
-        })
+        });
+        if call.log.debug_enabled() {
+            call.log.debug(&format!(
+                "ADD of {} done; peak RSS {} KiB",
+                who(&call.pod_args, &args.container_id),
+                crate::log::peak_rss_kib().unwrap_or(0)
+            ));
+        }
+        result
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {

@@ -506,3 +506,95 @@ fn default_route_moves_to_net1() {
     ok(&c.call("DEL", &ns, pod, "cgw"));
     c.assert_nothing_left(&ns, "cgw");
 }
+
+#[test]
+fn transient_api_errors_and_a_late_pod_are_retried() {
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(216);
+    let uid = c.pod("default", "flaky", json!({NETWORKS: "net-a"}));
+    c.api.add_fault(
+        Fault::new(FaultKind::Status(500, "InternalError".into()))
+            .method("GET")
+            .path("/api/v1/namespaces/default/pods/flaky")
+            .times(2),
+    );
+    let ns = Netns::new();
+    let pod = ("default", "flaky", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "cflaky"));
+    let gets: Vec<u16> = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/pods/flaky"))
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(gets, [500, 500, 200]);
+    ok(&c.call("DEL", &ns, pod, "cflaky"));
+    c.assert_nothing_left(&ns, "cflaky");
+
+    // A pod the API server does not show yet (informer lag in real clusters) is waited for.
+    let ns = Netns::new();
+    let late = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            c.pod("default", "late", json!({NETWORKS: "net-a"}))
+        });
+        let out = c.call("ADD", &ns, ("default", "late", ""), "clate");
+        (writer.join().unwrap(), out)
+    });
+    ok(&late.1);
+    // host-local hands out the next address, not the one just released.
+    let net1 = ns.addresses("net1");
+    assert!(
+        net1.len() == 1 && net1[0].starts_with("10.216.2."),
+        "{net1:?}"
+    );
+    ok(&c.call("DEL", &ns, ("default", "late", &late.0), "clate"));
+    c.assert_nothing_left(&ns, "clate");
+}
+
+#[test]
+fn attachment_events_and_the_readiness_indicator() {
+    let c = Cluster::new(217);
+    let ready = c.node.path("ready");
+    let mut config = c.config.clone();
+    config["plumbAttachmentEvents"] = json!(true);
+    config["readinessindicatorfile"] = json!(ready);
+    let c = Cluster { config, ..c };
+    let uid = c.pod("default", "ev", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let pod = ("default", "ev", uid.as_str());
+    // ADD waits for the default network's readiness file.
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(400));
+            fs::write(&ready, "").unwrap();
+        });
+        let t = std::time::Instant::now();
+        let out = c.call("ADD", &ns, pod, "cev");
+        (out, t.elapsed())
+    });
+    ok(&out.0);
+    assert!(
+        out.1 >= std::time::Duration::from_millis(400),
+        "ADD did not wait"
+    );
+    let events = c.events_for("default", "ev");
+    let added: Vec<&str> = events
+        .iter()
+        .filter(|e| e["reason"] == "AddedInterface" && e["type"] == "Normal")
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    // Multus's wording: "Add <ifname> [<ips>] from <network>" (events are listed by name).
+    assert_eq!(added.len(), 2, "{events:?}");
+    assert!(
+        added.contains(&"Add net1 [10.217.2.2/24] from default/net-a"),
+        "{added:?}"
+    );
+    assert!(
+        added.contains(&"Add eth0 [10.217.1.2/24] from kube-system/default-net"),
+        "{added:?}"
+    );
+    ok(&c.call("DEL", &ns, pod, "cev"));
+    c.assert_nothing_left(&ns, "cev");
+}

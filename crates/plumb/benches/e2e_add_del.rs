@@ -1,0 +1,269 @@
+//! End-to-end benchmark (not a test): ADD+DEL of a pod on three networks (default bridge +
+//! host-local, a second bridge, a macvlan) through the `plumb` binary, with the API stand-in
+//! serving the pod and NADs, against running the same three delegates directly (as a runtime
+//! would without plumb), interleaved in one run on the same machine. Also: `CNI_COMMAND=VERSION`
+//! of plumb against the reference bridge plugin's, plumb's peak RSS during one ADD (from its own
+//! debug log), and the size of `target/release/plumb` when it has been built.
+//!
+//! Prints the medians and ratios and writes them as JSON to `target/bench-e2e.json`.
+//! Needs root and Debian's containernetworking-plugins; skips (exit 0) otherwise.
+//! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N, default 30).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use testkit::kube_api::{KubeApi, KubeApiOptions, KubeconfigUser, Resource};
+use testkit::netns::{Link, Netns, unique_name};
+
+const PLUGINS: &str = "/usr/lib/cni";
+const PLUMB: &str = env!("CARGO_BIN_EXE_plumb");
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn run(bin: &str, env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    let mut child = Command::new(bin)
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{bin} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The three delegate configurations, as plumb gives them (name and cniVersion set).
+struct Delegates {
+    configs: Vec<(String, Value)>, // (ifname, config)
+}
+
+impl Delegates {
+    /// ADD of each in order, then DEL in reverse, as a runtime would run them one by one.
+    fn add_del(&self, cid: &str, netns: &str) {
+        for (ifname, conf) in &self.configs {
+            self.call("ADD", cid, netns, ifname, conf);
+        }
+        for (ifname, conf) in self.configs.iter().rev() {
+            self.call("DEL", cid, netns, ifname, conf);
+        }
+    }
+
+    fn call(&self, command: &str, cid: &str, netns: &str, ifname: &str, conf: &Value) {
+        let bin = format!("{PLUGINS}/{}", conf["type"].as_str().unwrap());
+        run(
+            &bin,
+            &[
+                ("CNI_COMMAND", command),
+                ("CNI_CONTAINERID", cid),
+                ("CNI_NETNS", netns),
+                ("CNI_IFNAME", ifname),
+                ("CNI_PATH", PLUGINS),
+            ],
+            conf.to_string().as_bytes(),
+        );
+    }
+}
+
+fn main() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
+    if !root || !Path::new(PLUGINS).join("bridge").exists() {
+        println!("e2e_add_del: SKIP (needs root and {PLUGINS}/bridge)");
+        return;
+    }
+    let iterations: usize = std::env::var("ITERATIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+
+    let dir = tempfile::tempdir().unwrap();
+    let ipam = dir.path().join("ipam");
+    let (b0, b1, parent) = (unique_name("bc"), unique_name("ba"), unique_name("bp"));
+    let _links = [Link::bridge(&parent)];
+    let cleanup = [Link::adopt(&b0), Link::adopt(&b1)];
+    let bridge = |name: &str, br: &str, subnet: &str| {
+        json!({"cniVersion": "1.0.0", "name": name, "type": "bridge", "bridge": br,
+               "isGateway": true,
+               "ipam": {"type": "host-local", "subnet": subnet, "dataDir": ipam}})
+    };
+    let default_net = bridge("default-net", &b0, "10.250.1.0/24");
+    let net_a = bridge("net-a", &b1, "10.250.2.0/24");
+    let net_b = json!({"cniVersion": "1.0.0", "name": "net-b", "type": "macvlan",
+        "master": parent, "mode": "bridge",
+        "ipam": {"type": "host-local", "subnet": "10.250.3.0/24", "dataDir": ipam}});
+
+    let api = KubeApi::start(KubeApiOptions::default());
+    for (ns, conf) in [
+        ("kube-system", &default_net),
+        ("default", &net_a),
+        ("other-ns", &net_b),
+    ] {
+        api.put(
+            Resource::NetworkAttachmentDefinitions,
+            json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                   "metadata": {"namespace": ns, "name": conf["name"]},
+                   "spec": {"config": conf.to_string()}}),
+        );
+    }
+    let pod = api.put(
+        Resource::Pods,
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"namespace": "default", "name": "bench",
+                            "annotations": {"k8s.v1.cni.cncf.io/networks": "net-a,other-ns/net-b@mv1"}},
+               "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+    );
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let kubeconfig = api.write_kubeconfig(dir.path().join("kubeconfig"), KubeconfigUser::Token);
+    let config = |level: &str| {
+        json!({"cniVersion": "1.0.0", "name": "plumb", "type": "plumb",
+               "clusterNetwork": "default-net", "kubeconfig": kubeconfig,
+               "binDir": PLUGINS, "cniDir": dir.path().join("cni"),
+               "plumbStateDir": dir.path().join("state"), "logLevel": level})
+        .to_string()
+    };
+    let quiet = config("error");
+    let args =
+        format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=bench;K8S_POD_UID={uid}");
+    let plumb = |command: &str, cid: &str, netns: &str, conf: &str| {
+        run(
+            PLUMB,
+            &[
+                ("CNI_COMMAND", command),
+                ("CNI_CONTAINERID", cid),
+                ("CNI_NETNS", netns),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", PLUGINS),
+                ("CNI_ARGS", &args),
+            ],
+            conf.as_bytes(),
+        )
+    };
+    let direct = Delegates {
+        configs: vec![
+            ("eth0".into(), default_net.clone()),
+            ("net1".into(), net_a.clone()),
+            ("mv1".into(), net_b.clone()),
+        ],
+    };
+
+    // Warm up both paths (page cache, first-run costs), untimed.
+    let warm = Netns::new();
+    let warm_path = warm.path().display().to_string();
+    plumb("ADD", "warm", &warm_path, &quiet);
+    plumb("DEL", "warm", &warm_path, &quiet);
+    direct.add_del("warm-direct", &warm_path);
+
+    let (mut through, mut straight) = (Vec::new(), Vec::new());
+    for i in 0..iterations {
+        let ns = Netns::new();
+        let netns = ns.path().display().to_string();
+        let mut time_plumb = || {
+            let cid = format!("bench-p{i}");
+            let t = Instant::now();
+            plumb("ADD", &cid, &netns, &quiet);
+            plumb("DEL", &cid, &netns, &quiet);
+            through.push(t.elapsed());
+        };
+        let mut time_direct = |netns: &str| {
+            let t = Instant::now();
+            direct.add_del(&format!("bench-d{i}"), netns);
+            straight.push(t.elapsed());
+        };
+        // Alternate which goes first, so drift on a shared machine hits both alike.
+        if i % 2 == 0 {
+            time_plumb();
+            time_direct(&netns);
+        } else {
+            time_direct(&netns);
+            time_plumb();
+        }
+    }
+    let (p, d) = (median(&mut through), median(&mut straight));
+
+    // VERSION: plumb's start-up against a Go plugin's.
+    let version = |bin: &str| {
+        let mut v: Vec<Duration> = (0..100)
+            .map(|_| {
+                let t = Instant::now();
+                run(
+                    bin,
+                    &[("CNI_COMMAND", "VERSION")],
+                    b"{\"cniVersion\":\"1.0.0\"}",
+                );
+                t.elapsed()
+            })
+            .collect();
+        median(&mut v)
+    };
+    let (vp, vb) = (version(PLUMB), version(&format!("{PLUGINS}/bridge")));
+
+    // Peak RSS of plumb itself during one ADD, as its debug log reports it.
+    let ns = Netns::new();
+    let netns = ns.path().display().to_string();
+    let out = plumb("ADD", "bench-rss", &netns, &config("debug"));
+    plumb("DEL", "bench-rss", &netns, &quiet);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let rss_kib: u64 = stderr
+        .lines()
+        .find_map(|l| l.split("peak RSS ").nth(1))
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+
+    let release: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/plumb");
+    let size = std::fs::metadata(&release).map(|m| m.len()).ok();
+
+    println!("e2e_add_del: {iterations} interleaved iterations of ADD+DEL of a pod on 3 networks");
+    println!("  through plumb     median {:>8.2} ms", ms(p));
+    println!("  delegates direct  median {:>8.2} ms", ms(d));
+    println!(
+        "  ratio plumb/direct       {:.3}",
+        p.as_secs_f64() / d.as_secs_f64()
+    );
+    println!(
+        "  VERSION plumb {:.2} ms, bridge {:.2} ms, ratio {:.3}",
+        ms(vp),
+        ms(vb),
+        vp.as_secs_f64() / vb.as_secs_f64()
+    );
+    println!("  peak RSS of plumb during one ADD: {rss_kib} KiB");
+    match size {
+        Some(s) => println!("  target/release/plumb: {s} bytes"),
+        None => println!("  target/release/plumb: not built (cargo build --release -p plumb)"),
+    }
+    let report = json!({
+        "iterations": iterations,
+        "plumb_add_del_median_ms": ms(p),
+        "direct_add_del_median_ms": ms(d),
+        "ratio": p.as_secs_f64() / d.as_secs_f64(),
+        "version_plumb_median_ms": ms(vp),
+        "version_bridge_median_ms": ms(vb),
+        "version_ratio": vp.as_secs_f64() / vb.as_secs_f64(),
+        "plumb_add_peak_rss_kib": rss_kib,
+        "release_binary_bytes": size,
+    });
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-e2e.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&report).unwrap()).unwrap();
+    println!("  written to {}", path.display());
+    drop(cleanup);
+}
