@@ -291,7 +291,8 @@ fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>, CniError> {
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory, fsynced and renamed
-/// over the target, so readers see the old content or the new, never a part.
+/// over the target (then the directory fsynced), so readers see the old content or the new,
+/// never a part, also after a power loss.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CniError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let file_name = path
@@ -308,7 +309,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CniError> {
             .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        fs::rename(&tmp, path)
+        fs::rename(&tmp, path)?;
+        // The rename itself is durable only once the directory is synced: without it a power
+        // loss can bring back the old file, or none.
+        fs::File::open(dir)?.sync_all()
     })();
     result.map_err(|e| {
         let _ = fs::remove_file(&tmp);

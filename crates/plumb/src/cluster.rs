@@ -203,9 +203,14 @@ impl Cluster for KubeCluster {
 
     fn set_network_status(&self, pod: &Pod, value: &str) -> Result<(), CniError> {
         let api: Api<KubePod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let patch = json!({"metadata": {"annotations": {
+        let mut patch = json!({"metadata": {"annotations": {
             netattach::NETWORK_STATUS_ANNOTATION: value
         }}});
+        // A UID in the patch is a precondition: a pod recreated under the same name since
+        // (another UID) gets a 409 instead of this sandbox's status.
+        if !pod.uid.is_empty() {
+            patch["metadata"]["uid"] = json!(pod.uid);
+        }
         let params = PatchParams::default();
         let patch = Patch::Merge(&patch);
         self.with_retries(false, || api.patch_status(&pod.name, &params, &patch))
@@ -247,8 +252,9 @@ impl Cluster for KubeCluster {
             count: Some(1),
             ..Default::default()
         };
-        let params = PostParams::default();
-        self.with_retries(false, || api.create(&params, &event))
+        // Events are best effort: one try, so a struggling API server delays no pod for them.
+        self.rt
+            .block_on(api.create(&PostParams::default(), &event))
             .map(drop)
             .map_err(|e| cni_error(&format!("event on pod {}/{}", pod.namespace, pod.name), &e))
     }

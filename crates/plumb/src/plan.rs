@@ -267,6 +267,27 @@ impl Planner<'_> {
                     .unwrap_or_default()
             ))
         })?;
+        self.nad_config(r, &nad)
+    }
+
+    fn nad_config(
+        &self,
+        r: &NetworkRef,
+        nad: &NetworkAttachmentDefinition,
+    ) -> Result<NetworkConfigList, CniError> {
+        // Device-backed networks need the kubelet's device allocation, which this version does
+        // not read yet: refuse clearly rather than run an SR-IOV delegate without its device.
+        if let Some(resource) = nad.resource_name() {
+            return Err(CniError::new(
+                ErrorCode::UnsupportedField,
+                format!(
+                    "network-attachment-definition {r} needs a device of resource {resource:?} \
+                     (annotation {:?}); device allocation is not supported by this version of \
+                     plumb",
+                    netattach::nad::RESOURCE_NAME_ANNOTATION
+                ),
+            ));
+        }
         match nad.cni_config()? {
             NadConfig::Inline(list) => Ok(list),
             NadConfig::OnDisk { name } => self.networks.conf_by_name(&name)?.ok_or_else(|| {
@@ -294,8 +315,8 @@ impl Planner<'_> {
             return Ok((list.name.clone(), list));
         }
         let r = NetworkRef::new(self.config.multus_namespace.clone(), value);
-        if self.networks.nad(&r)?.is_some() {
-            return Ok((r.to_string(), self.nad_list(&r)?));
+        if let Some(nad) = self.networks.nad(&r)? {
+            return Ok((r.to_string(), self.nad_config(&r, &nad)?));
         }
         match self.networks.conf_by_name(value)? {
             Some(list) => Ok((list.name.clone(), list)),

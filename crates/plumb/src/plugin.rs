@@ -46,7 +46,9 @@ struct Call {
     records: RecordStore,
     cni_args: Vec<(String, String)>,
     pod_args: Option<PodArgs>,
-    cluster: Option<KubeCluster>,
+    /// Built on first use: DEL from a record never needs the API, and must work when the
+    /// kubeconfig or its token is gone.
+    cluster: std::cell::OnceCell<Option<KubeCluster>>,
 }
 
 impl Call {
@@ -62,10 +64,6 @@ impl Call {
         let mut cni = CniConfig::new(path, ResultCache::new(config.cni_dir.clone()));
         let cni_args = cni::args::parse(&args.args)?;
         let pod_args = PodArgs::from_args(&cni_args)?;
-        let cluster = match &config.kubeconfig {
-            Some(k) => Some(KubeCluster::from_kubeconfig(k)?),
-            None => None,
-        };
         let plugin_log = Log::from_config(&config);
         cni.on_plugin_stderr = Some(Box::new(move |l| {
             plugin_log.debug(&format!(
@@ -82,19 +80,37 @@ impl Call {
             cni,
             cni_args,
             pod_args,
-            cluster,
+            cluster: std::cell::OnceCell::new(),
         })
     }
 
-    fn cluster(&self) -> Option<&dyn Cluster> {
-        self.cluster.as_ref().map(|c| c as &dyn Cluster)
+    /// The API client, when plumb has a kubeconfig. A kubeconfig that cannot be used is an
+    /// error the first time the API is needed.
+    fn try_cluster(&self) -> Result<Option<&dyn Cluster>, CniError> {
+        if self.cluster.get().is_none() {
+            let built = match &self.config.kubeconfig {
+                Some(k) => Some(KubeCluster::from_kubeconfig(k)?),
+                None => None,
+            };
+            let _ = self.cluster.set(built);
+        }
+        Ok(self
+            .cluster
+            .get()
+            .and_then(Option::as_ref)
+            .map(|c| c as &dyn Cluster))
     }
 
-    fn networks(&self) -> NodeNetworks<'_> {
-        NodeNetworks {
-            cluster: self.cluster(),
+    /// The API client if it could be built (for events and other best-effort uses).
+    fn cluster(&self) -> Option<&dyn Cluster> {
+        self.try_cluster().ok().flatten()
+    }
+
+    fn networks(&self) -> Result<NodeNetworks<'_>, CniError> {
+        Ok(NodeNetworks {
+            cluster: self.try_cluster()?,
             conf_dir: self.config.conf_dir.clone(),
-        }
+        })
     }
 
     fn sandbox(&self, args: &CmdArgs) -> Sandbox {
@@ -119,7 +135,7 @@ impl Call {
                 annotations: annotations_from(a),
             }));
         }
-        let Some(cluster) = self.cluster() else {
+        let Some(cluster) = self.try_cluster()? else {
             return Ok(None);
         };
         let Some(pod) = cluster.pod(&pa.namespace, &pa.name, wait)? else {
@@ -143,7 +159,7 @@ impl Call {
     }
 
     fn plan(&self, pod: Option<&Pod>, ifname: &str) -> Result<Plan, CniError> {
-        let plan = plan::plan(&self.config, pod, ifname, &self.networks())?;
+        let plan = plan::plan(&self.config, pod, ifname, &self.networks()?)?;
         for w in &plan.warnings {
             self.log.verbose(w);
         }
@@ -309,11 +325,23 @@ impl Plumb<'_> {
             ));
             return Ok(());
         }
-        let plan = call.plan(pod.as_ref(), &args.ifname)?;
+        let plan = match call.plan(pod.as_ref(), &args.ifname) {
+            Ok(p) => p,
+            // The same error failed ADD before anything ran: there is nothing to undo.
+            Err(e) => {
+                call.log.verbose(&format!(
+                    "{}: no attachment record and the pod's networks cannot be planned ({e});                      nothing to delete",
+                    who(&call.pod_args, &args.container_id)
+                ));
+                return Ok(());
+            }
+        };
         exec.del_planned(&sandbox, &args.netns, &plan.attachments)
     }
 
-    /// Every network plumb knows of: the configured ones, and those of recorded sandboxes.
+    /// Every network plumb knows of: the configured ones, and those of recorded sandboxes. A
+    /// name that two different configurations share is left out (with a log line): which
+    /// plugins would collect its garbage cannot be told.
     fn known_networks(&self, call: &Call) -> Result<Vec<NetworkConfigList>, CniError> {
         let mut lists: Vec<NetworkConfigList> = call
             .plan(None, "eth0")?
@@ -322,44 +350,60 @@ impl Plumb<'_> {
             .map(|a| a.list)
             .collect();
         for id in call.records.list()? {
-            if let Ok(Some(r)) = call.records.load(&id) {
+            if let Some(r) = call.records.load(&id)? {
                 for a in &r.attachments {
-                    if let Ok(l) = crate::execute::recorded_list(a) {
-                        lists.push(l);
-                    }
+                    lists.push(crate::execute::recorded_list(a)?);
                 }
             }
         }
-        let mut seen = BTreeSet::new();
-        lists.retain(|l| seen.insert(l.name.clone()));
-        Ok(lists)
+        let mut by_name: std::collections::BTreeMap<String, NetworkConfigList> = Default::default();
+        let mut ambiguous = BTreeSet::new();
+        for l in lists {
+            match by_name.get(&l.name) {
+                Some(seen) if seen.plugins != l.plugins => {
+                    ambiguous.insert(l.name.clone());
+                }
+                Some(_) => {}
+                None => {
+                    by_name.insert(l.name.clone(), l);
+                }
+            }
+        }
+        for name in &ambiguous {
+            call.log.error(&format!(
+                "network name {name:?} is used by different configurations; it is left out of \
+                 GC and STATUS"
+            ));
+            by_name.remove(name);
+        }
+        Ok(by_name.into_values().collect())
     }
 
     fn do_gc(&self, call: &Call, args: &CmdArgs) -> Result<(), CniError> {
-        // plumb's own valid attachments, as the runtime sees them: one per sandbox.
-        let valid: Vec<GcAttachment> = args
+        // plumb's own valid attachments, as the runtime sees them: one per sandbox. Without a
+        // readable list nothing is touched: an empty list would mean "delete every pod".
+        let list = args
             .config
             .get("cni.dev/valid-attachments")
             .or_else(|| args.config.get("cni.dev/attachments"))
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .unwrap_or_default();
+            .ok_or_else(|| {
+                CniError::new(
+                    ErrorCode::InvalidConfig,
+                    "GC without \"cni.dev/valid-attachments\": refusing to guess which \
+                     sandboxes are gone",
+                )
+            })?;
+        let valid: Vec<GcAttachment> = serde_json::from_value(list.clone()).map_err(|e| {
+            CniError::new(
+                ErrorCode::InvalidConfig,
+                format!("GC: \"cni.dev/valid-attachments\" is not a list of attachments: {e}"),
+            )
+        })?;
         let live: BTreeSet<&str> = valid.iter().map(|a| a.container_id.as_str()).collect();
         let exec = self.executor(call);
         let mut errors = ErrorList::default();
-        let mut keep = Vec::new();
         for id in call.records.list()? {
             if live.contains(id.as_str()) {
-                if let Ok(Some(r)) = call.records.load(&id) {
-                    keep.extend(r.attachments.iter().map(|a| {
-                        (
-                            a.network.clone(),
-                            GcAttachment {
-                                container_id: id.clone(),
-                                ifname: a.ifname.clone(),
-                            },
-                        )
-                    }));
-                }
                 continue;
             }
             let stale = Sandbox {
@@ -370,16 +414,17 @@ impl Plumb<'_> {
                 errors.push(e.context(format!("GC of stale container {id}")));
             }
         }
+        // Then each delegate network: every cached attachment of a live sandbox stays valid
+        // (whether plumb recorded it or not, e.g. after a migration from Multus).
+        let cached = call.cni.cache.list(None)?;
         for list in self.known_networks(call)? {
-            let valid: Vec<GcAttachment> = keep
+            let valid: Vec<GcAttachment> = cached
                 .iter()
-                .filter(|(_, g)| {
-                    call.cni
-                        .cache
-                        .read(&list.name, &g.container_id, &g.ifname)
-                        .is_ok_and(|c| c.is_some())
+                .filter(|c| c.network_name == list.name && live.contains(c.container_id.as_str()))
+                .map(|c| GcAttachment {
+                    container_id: c.container_id.clone(),
+                    ifname: c.if_name.clone(),
                 })
-                .map(|(_, g)| g.clone())
                 .collect();
             if let Err(e) = call.cni.gc_network_list(&list, &valid) {
                 errors.push(e);
@@ -427,10 +472,34 @@ impl Plugin for Plumb<'_> {
             .map_err(|e| e.context(who(&call.pod_args, &args.container_id)))
     }
 
+    /// STATUS (CNI 1.1): whether pods can be attached, which is whether the cluster-wide
+    /// default network is ready (its readiness file, then its own STATUS). Secondary networks
+    /// are left out on purpose: one broken NAD must not make the node NotReady.
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let call = Call::new(args)?;
-        for list in self.known_networks(&call)? {
-            call.cni.status_network_list(&list)?;
+        let not_available = |e: CniError| {
+            if e.kind() == ErrorCode::LimitedConnectivity {
+                e
+            } else {
+                CniError::new(ErrorCode::NotAvailable, e.to_string())
+            }
+        };
+        let call = Call::new(args).map_err(not_available)?;
+        if let Some(file) = &call.config.readiness_indicator_file
+            && !file.exists()
+        {
+            return Err(CniError::new(
+                ErrorCode::NotAvailable,
+                format!(
+                    "the default network is not ready: readinessindicatorfile {} is missing",
+                    file.display()
+                ),
+            ));
+        }
+        let plan = call.plan(None, "eth0").map_err(not_available)?;
+        if let Some(default) = plan.attachments.first() {
+            call.cni
+                .status_network_list(&default.list)
+                .map_err(not_available)?;
         }
         Ok(())
     }

@@ -1,9 +1,10 @@
 //! Attachment records: what plumb did to a pod sandbox, kept on disk so that DEL can always undo
 //! what ADD began (multi-net spec §7.2; DESIGN.md "The way of one ADD").
 //!
-//! One file per sandbox, `<stateDir>/<containerID>.json`, rewritten atomically (temporary file,
-//! fsync, rename) *before* each attachment runs, so a crash or a kill at any point leaves a record
-//! that names every delegate that may have done something. DEL reads it, so it needs neither the
+//! One file per sandbox, `<stateDir>/<containerID>.json`, written atomically (temporary file,
+//! fsync, rename, directory fsync) with every planned attachment *before* the first one runs, so
+//! a crash or a kill at any point leaves a record that names every delegate that may have done
+//! something (DEL of an attachment that never ran is harmless: DEL is idempotent). DEL reads it, so it needs neither the
 //! pod, the NADs nor the API server. The file carries a format `version`; an unreadable or
 //! corrupt record is an error that says so, never a silent "nothing to delete" (Multus issue
 //! #1087: a corrupt cache after a reboot leaked every IP of the pod).
@@ -50,16 +51,6 @@ impl From<RecordError> for cni::CniError {
     }
 }
 
-/// How far one attachment got.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Progress {
-    /// Recorded; its delegates may have run (partly). DEL must run.
-    Attempted,
-    /// ADD completed.
-    Added,
-}
-
 /// One attachment of the sandbox, with everything DEL needs to undo it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -78,7 +69,6 @@ pub struct RecordedAttachment {
     /// The per-attachment device-info file to remove on DEL (device-info spec).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_info_file: Option<PathBuf>,
-    pub progress: Progress,
 }
 
 /// Everything plumb did to one sandbox.
@@ -222,7 +212,6 @@ mod tests {
                 capability_args: Map::new(),
                 default: false,
                 device_info_file: None,
-                progress: Progress::Attempted,
             }],
         }
     }
@@ -234,7 +223,7 @@ mod tests {
         assert!(store.load("abc123").unwrap().is_none());
         let mut r = record();
         store.save(&r).unwrap();
-        r.attachments[0].progress = Progress::Added;
+        r.attachments[0].ifname = "net2".into();
         store.save(&r).unwrap();
         assert_eq!(store.load("abc123").unwrap().unwrap(), r);
         let mode = fs::metadata(store.dir()).unwrap().permissions().mode() & 0o777;

@@ -313,6 +313,8 @@ fn isolation_refusal_and_a_missing_nad_fail_before_anything_is_attached() {
         "{e}"
     );
     c.assert_nothing_left(&ns, "ciso");
+    // The runtime's DEL after that failed ADD succeeds: nothing ran, nothing to undo.
+    ok(&c.call("DEL", &ns, ("tenant", "iso", &uid), "ciso"));
     let events = c.events_for("tenant", "iso");
     assert!(events.iter().any(|e| e["type"] == "Warning" && e["message"].as_str().unwrap().contains("namespace")), "{events:?}");
 

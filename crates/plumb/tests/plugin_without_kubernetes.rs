@@ -71,8 +71,12 @@ fn two_delegates_add_then_del_leaves_nothing() {
     let record: Value = serde_json::from_slice(&fs::read(p.node.record("c-two")).unwrap()).unwrap();
     let attachments = record["attachments"].as_array().unwrap();
     assert_eq!(attachments.len(), 2);
-    assert!(attachments.iter().all(|a| a["progress"] == "added"));
     assert_eq!(attachments[1]["ifname"], "net1");
+    assert_eq!(attachments[1]["config"]["name"], "net-b");
+
+    // ADD again without DEL (a runtime retrying): the first ADD is undone first, nothing leaks.
+    ok(&p.call("ADD", "c-two"));
+    assert_eq!(p.node.all_allocations(), 2);
 
     ok(&p.call("DEL", "c-two"));
     assert_eq!(p.ns.links(), ["lo"]);
@@ -251,6 +255,22 @@ fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
     }));
     assert_eq!(p.node.all_allocations(), 4);
 
+    // Without the runtime's list, GC refuses rather than deleting every sandbox.
+    let e = err(&run(&CniCall {
+        command: "GC",
+        container_id: "",
+        netns: "",
+        ifname: "",
+        args: "",
+        config: &p.config,
+    }));
+    assert_eq!(e["code"], 7, "{e}");
+    assert_eq!(
+        p.node.all_allocations(),
+        4,
+        "GC without a list touched nothing"
+    );
+
     let mut gc = p.config.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "c-live", "ifname": "eth0"}]);
     ok(&run(&CniCall {
@@ -275,15 +295,39 @@ fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
         "the live one is untouched"
     );
 
-    // STATUS covers every known network; these delegates speak 1.0.0, which has no STATUS.
-    ok(&run(&CniCall {
-        command: "STATUS",
-        container_id: "",
-        netns: "",
-        ifname: "",
-        args: "",
-        config: &p.config,
-    }));
+    // STATUS: ready while the default network is (these delegates speak 1.0.0, which has no
+    // STATUS of its own); not available (code 50) while its readiness file is missing.
+    let status = |config: &Value| {
+        run(&CniCall {
+            command: "STATUS",
+            container_id: "",
+            netns: "",
+            ifname: "",
+            args: "",
+            config,
+        })
+    };
+    ok(&status(&p.config));
+    let mut waiting = p.config.clone();
+    waiting["readinessindicatorfile"] = json!(p.node.path("not-yet"));
+    let e = err(&status(&waiting));
+    assert_eq!(e["code"], 50, "{e}");
     ok(&p.call("DEL", "c-live"));
+    assert_eq!(p.node.all_allocations(), 0);
+}
+
+#[test]
+fn check_skips_delegates_too_old_for_check() {
+    // CHECK exists from CNI 0.4.0: a 0.3.1 delegate has nothing to check, and must not fail
+    // the pod's other attachments.
+    let p = pod(|node| {
+        let (a, b) = (unique_name("pa"), unique_name("pb"));
+        let mut old = node.bridge("old-net", &b, 16);
+        old["cniVersion"] = json!("0.3.1");
+        (vec![node.bridge("net-a", &a, 15), old], vec![a, b])
+    });
+    ok(&p.call("ADD", "c-old"));
+    ok(&p.call("CHECK", "c-old"));
+    ok(&p.call("DEL", "c-old"));
     assert_eq!(p.node.all_allocations(), 0);
 }

@@ -494,3 +494,29 @@ fn an_empty_annotation_is_no_secondary_network() {
     .unwrap();
     assert_eq!(p.attachments.len(), 1);
 }
+
+#[test]
+fn a_device_backed_nad_is_refused_clearly_until_devices_are_supported() {
+    let mut fake = cluster();
+    let mut nad = fake.nads["default/net-a"].clone();
+    nad.metadata.annotations = Some(
+        [(
+            netattach::nad::RESOURCE_NAME_ANNOTATION.to_string(),
+            "intel.com/sriov".to_string(),
+        )]
+        .into(),
+    );
+    fake.nads.insert("default/net-a".into(), nad);
+    let e = plan(
+        &config(json!({})),
+        Some(&pod("default", &[(NETWORKS_ANNOTATION, "net-a")])),
+        "eth0",
+        &fake,
+    )
+    .unwrap_err();
+    assert_eq!(e.code, 2, "{e}");
+    assert!(
+        e.msg.contains("intel.com/sriov") && e.msg.contains("default/net-a"),
+        "{e}"
+    );
+}
