@@ -224,6 +224,11 @@ fn main() {
     let out = plumb("ADD", "bench-rss", &netns, &config("debug"));
     plumb("DEL", "bench-rss", &netns, &quiet);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    let timings = stderr
+        .lines()
+        .find_map(|l| l.split("ADD timings: ").nth(1))
+        .unwrap_or("(not logged)")
+        .to_string();
     let rss_kib: u64 = stderr
         .lines()
         .find_map(|l| l.split("peak RSS ").nth(1))
@@ -247,6 +252,7 @@ fn main() {
         vp.as_secs_f64() / vb.as_secs_f64()
     );
     println!("  peak RSS of plumb during one ADD: {rss_kib} KiB");
+    println!("  one ADD, as plumb's debug log splits it: {timings}");
     match size {
         Some(s) => println!("  target/release/plumb: {s} bytes"),
         None => println!("  target/release/plumb: not built (cargo build --release -p plumb)"),

@@ -233,8 +233,10 @@ impl Plumb<'_> {
     }
 
     fn do_add(&self, call: &Call, args: &CmdArgs) -> Result<CniResult, CniError> {
+        let start = Instant::now();
         wait_for_readiness(&call.config)?;
         let pod = call.pod(true)?;
+        let t_pod = start.elapsed();
         if let (Some(pa), None, Some(_)) = (&call.pod_args, &pod, call.cluster()) {
             return Err(CniError::new(
                 ErrorCode::UnknownContainer,
@@ -244,6 +246,7 @@ impl Plumb<'_> {
         let plan = call.plan(pod.as_ref(), &args.ifname).inspect_err(|e| {
             call.warn_pod(pod.as_ref(), "NoNetworkFound", e);
         })?;
+        let t_plan = start.elapsed();
         let exec = self.executor(call);
         let sandbox = call.sandbox(args);
         let added = exec
@@ -257,6 +260,7 @@ impl Plumb<'_> {
                 a.attachment.ifname
             ));
         }
+        let t_delegates = start.elapsed();
         if let (Some(cluster), Some(pod)) = (call.cluster(), pod.as_ref()) {
             // Multus compares the pod's *name* here (multus-reference §8 quirk 1); plumb the
             // namespace, as the key's name says.
@@ -290,6 +294,18 @@ impl Plumb<'_> {
                     }
                 }
             }
+        }
+        if call.log.debug_enabled() {
+            // Where the time went, for an operator chasing slow pod starts.
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            let end = start.elapsed();
+            call.log.debug(&format!(
+                "ADD timings: pod {:.1} ms, plan {:.1} ms, delegates {:.1} ms, status {:.1} ms",
+                ms(t_pod),
+                ms(t_plan - t_pod),
+                ms(t_delegates - t_plan),
+                ms(end - t_delegates)
+            ));
         }
         added
             .into_iter()

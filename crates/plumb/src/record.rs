@@ -119,7 +119,7 @@ impl RecordStore {
                 source,
             })?;
         let bytes = serde_json::to_vec_pretty(record).expect("a record serialises");
-        cni::cache::write_atomic(&path, &bytes).map_err(|e| RecordError::Io {
+        cni::cache::write_durable(&path, &bytes).map_err(|e| RecordError::Io {
             path: path.clone(),
             source: io::Error::other(e.msg),
         })
