@@ -372,17 +372,16 @@ impl Plumb<'_> {
                 }
             }
         }
-        let mut by_name: std::collections::BTreeMap<String, NetworkConfigList> = Default::default();
+        // First occurrence wins the position (the default network stays first).
+        let mut out: Vec<NetworkConfigList> = Vec::new();
         let mut ambiguous = BTreeSet::new();
         for l in lists {
-            match by_name.get(&l.name) {
+            match out.iter().find(|seen| seen.name == l.name) {
                 Some(seen) if seen.plugins != l.plugins => {
                     ambiguous.insert(l.name.clone());
                 }
                 Some(_) => {}
-                None => {
-                    by_name.insert(l.name.clone(), l);
-                }
+                None => out.push(l),
             }
         }
         for name in &ambiguous {
@@ -390,9 +389,9 @@ impl Plumb<'_> {
                 "network name {name:?} is used by different configurations; it is left out of \
                  GC and STATUS"
             ));
-            by_name.remove(name);
         }
-        Ok(by_name.into_values().collect())
+        out.retain(|l| !ambiguous.contains(&l.name));
+        Ok(out)
     }
 
     fn do_gc(&self, call: &Call, args: &CmdArgs) -> Result<(), CniError> {
@@ -488,9 +487,11 @@ impl Plugin for Plumb<'_> {
             .map_err(|e| e.context(who(&call.pod_args, &args.container_id)))
     }
 
-    /// STATUS (CNI 1.1): whether pods can be attached, which is whether the cluster-wide
-    /// default network is ready (its readiness file, then its own STATUS). Secondary networks
-    /// are left out on purpose: one broken NAD must not make the node NotReady.
+    /// STATUS (CNI 1.1): whether pods can be attached. The cluster-wide default network first
+    /// (its readiness file, then its own STATUS), then every other network plumb knows of, the
+    /// configured ones and those of recorded pods: a runtime that reports the node ready while
+    /// a secondary network's plugin is gone would schedule pods that cannot start. Every
+    /// failure is code 50 (51 when a delegate said so), naming the network.
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let not_available = |e: CniError| {
             if e.kind() == ErrorCode::LimitedConnectivity {
@@ -511,11 +512,11 @@ impl Plugin for Plumb<'_> {
                 ),
             ));
         }
-        let plan = call.plan(None, "eth0").map_err(not_available)?;
-        if let Some(default) = plan.attachments.first() {
+        // known_networks lists the configured networks first, the default one leading.
+        for list in self.known_networks(&call).map_err(not_available)? {
             call.cni
-                .status_network_list(&default.list)
-                .map_err(not_available)?;
+                .status_network_list(&list)
+                .map_err(|e| not_available(e.context(format!("network {:?}", list.name))))?;
         }
         Ok(())
     }

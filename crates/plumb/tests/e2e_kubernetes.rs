@@ -600,3 +600,17 @@ fn attachment_events_and_the_readiness_indicator() {
     ok(&c.call("DEL", &ns, pod, "cev"));
     c.assert_nothing_left(&ns, "cev");
 }
+
+#[test]
+fn del_without_a_record_plans_from_the_api() {
+    let c = Cluster::new(218);
+    let uid = c.pod("default", "norec", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let pod = ("default", "norec", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "cnorec"));
+    // The record is lost (a node restored from an old backup, a hand-made mistake): DEL plans
+    // the pod's networks from the API again and undoes them.
+    fs::remove_file(c.node.record("cnorec")).unwrap();
+    ok(&c.call("DEL", &ns, pod, "cnorec"));
+    c.assert_nothing_left(&ns, "cnorec");
+}

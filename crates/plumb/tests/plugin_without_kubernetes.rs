@@ -331,3 +331,56 @@ fn check_skips_delegates_too_old_for_check() {
     ok(&p.call("DEL", "c-old"));
     assert_eq!(p.node.all_allocations(), 0);
 }
+
+#[test]
+fn status_and_gc_reach_every_known_network() {
+    // Recording fake plugins speaking CNI 1.1, so STATUS and GC really reach them.
+    use testkit::fake_plugin::FakePlugin;
+    let node = Node::new();
+    let bin = node.path("bin");
+    let a = FakePlugin::install(&bin, "fake-a");
+    let b = FakePlugin::install(&bin, "fake-b");
+    let mut config = node.config(json!({"cniVersion": "1.1.0", "binDir": bin, "delegates": [
+        {"cniVersion": "1.1.0", "name": "net-a", "type": "fake-a"},
+        {"cniVersion": "1.1.0", "name": "net-b", "type": "fake-b"}]}));
+    let call = |command: &str, cid: &str, config: &Value| {
+        run(&CniCall {
+            command,
+            container_id: cid,
+            netns: "/var/run/netns/fake",
+            ifname: "eth0",
+            args: "",
+            config,
+        })
+    };
+    ok(&call("ADD", "c-live", &config));
+    ok(&call("ADD", "c-gone", &config));
+
+    // STATUS asks both networks; a secondary one that is not available makes plumb say so.
+    ok(&call("STATUS", "", &config));
+    assert_eq!(a.calls_of("STATUS").len(), 1);
+    assert_eq!(b.calls_of("STATUS").len(), 1);
+    b.fail("STATUS", 50, "daemon down");
+    let e = err(&call("STATUS", "", &config));
+    assert_eq!(e["code"], 50, "{e}");
+    assert!(e["msg"].as_str().unwrap().contains("net-b"), "{e}");
+
+    // GC: the sandbox the runtime no longer lists gets DEL on both networks, then both
+    // networks get GC with the live sandbox's attachments as valid.
+    config["cni.dev/valid-attachments"] = json!([{"containerID": "c-live", "ifname": "eth0"}]);
+    ok(&call("GC", "", &config));
+    for (p, ifname) in [(&a, "eth0"), (&b, "net1")] {
+        let dels = p.calls_of("DEL");
+        assert_eq!(dels.len(), 1, "{ifname}");
+        assert_eq!(dels[0].var("CNI_CONTAINERID"), Some("c-gone"));
+        let gc = p.calls_of("GC");
+        assert_eq!(gc.len(), 1, "{ifname}");
+        assert_eq!(
+            gc[0].stdin_json()["cni.dev/valid-attachments"],
+            json!([{"containerID": "c-live", "ifname": ifname}]),
+            "{ifname}"
+        );
+    }
+    assert!(!node.record("c-gone").exists());
+    assert!(node.record("c-live").exists());
+}
