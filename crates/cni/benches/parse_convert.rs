@@ -21,6 +21,13 @@ fn parse_convert(c: &mut Criterion) {
     g.warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2));
 
+    // Baselines, in the same run: serde_json reading the same bytes as untyped values.
+    g.bench_function("baseline_serde_value_conflist", |b| {
+        b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(CONFLIST)).unwrap())
+    });
+    g.bench_function("baseline_serde_value_result", |b| {
+        b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(RESULT_1_1_0)).unwrap())
+    });
     g.bench_function("conflist_parse_3_plugins", |b| {
         b.iter(|| NetworkConfigList::from_bytes(black_box(CONFLIST)).unwrap())
     });

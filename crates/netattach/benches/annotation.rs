@@ -60,6 +60,11 @@ fn results() -> Vec<CniResult> {
 fn bench(c: &mut Criterion) {
     let text = annotation();
     assert_eq!(selection::parse(&text).unwrap().len(), 64);
+    // Baseline, in the same run: serde_json reading the same text as an untyped value. The
+    // ratio is what validating every element costs over merely reading the JSON.
+    c.bench_function("baseline: serde_json Value of the same annotation", |b| {
+        b.iter(|| serde_json::from_str::<serde_json::Value>(black_box(&text)).unwrap())
+    });
     c.bench_function("parse 64-element JSON annotation", |b| {
         b.iter(|| selection::parse(black_box(&text)).unwrap())
     });
