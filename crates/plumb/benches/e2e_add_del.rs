@@ -57,13 +57,17 @@ struct Delegates {
 
 impl Delegates {
     /// ADD of each in order, then DEL in reverse, as a runtime would run them one by one.
-    fn add_del(&self, cid: &str, netns: &str) {
+    /// Returns how long the ADDs and the DELs took.
+    fn add_del(&self, cid: &str, netns: &str) -> (Duration, Duration) {
+        let t = Instant::now();
         for (ifname, conf) in &self.configs {
             self.call("ADD", cid, netns, ifname, conf);
         }
+        let add = t.elapsed();
         for (ifname, conf) in self.configs.iter().rev() {
             self.call("DEL", cid, netns, ifname, conf);
         }
+        (add, t.elapsed() - add)
     }
 
     fn call(&self, command: &str, cid: &str, netns: &str, ifname: &str, conf: &Value) {
@@ -172,9 +176,11 @@ fn main() {
     let warm_path = warm.path().display().to_string();
     plumb("ADD", "warm", &warm_path, &quiet);
     plumb("DEL", "warm", &warm_path, &quiet);
-    direct.add_del("warm-direct", &warm_path);
+    let _ = direct.add_del("warm-direct", &warm_path);
 
     let (mut through, mut straight) = (Vec::new(), Vec::new());
+    // ADD and DEL apart too, to tell where plumb's overhead lies.
+    let (mut p_add, mut p_del, mut d_add, mut d_del) = (vec![], vec![], vec![], vec![]);
     for i in 0..iterations {
         let ns = Netns::new();
         let netns = ns.path().display().to_string();
@@ -182,13 +188,18 @@ fn main() {
             let cid = format!("bench-p{i}");
             let t = Instant::now();
             plumb("ADD", &cid, &netns, &quiet);
+            let add = t.elapsed();
             plumb("DEL", &cid, &netns, &quiet);
             through.push(t.elapsed());
+            p_add.push(add);
+            p_del.push(t.elapsed() - add);
         };
         let mut time_direct = |netns: &str| {
             let t = Instant::now();
-            direct.add_del(&format!("bench-d{i}"), netns);
+            let (add, del) = direct.add_del(&format!("bench-d{i}"), netns);
             straight.push(t.elapsed());
+            d_add.push(add);
+            d_del.push(del);
         };
         // Alternate which goes first, so drift on a shared machine hits both alike.
         if i % 2 == 0 {
@@ -200,6 +211,8 @@ fn main() {
         }
     }
     let (p, d) = (median(&mut through), median(&mut straight));
+    let (pa, pd) = (median(&mut p_add), median(&mut p_del));
+    let (da, dd) = (median(&mut d_add), median(&mut d_del));
 
     // VERSION: plumb's start-up against a Go plugin's.
     let version = |bin: &str| {
@@ -224,11 +237,17 @@ fn main() {
     let out = plumb("ADD", "bench-rss", &netns, &config("debug"));
     plumb("DEL", "bench-rss", &netns, &quiet);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let timings = stderr
+    let client = stderr
         .lines()
-        .find_map(|l| l.split("ADD timings: ").nth(1))
-        .unwrap_or("(not logged)")
-        .to_string();
+        .find_map(|l| l.split("API client from the kubeconfig in ").nth(1))
+        .unwrap_or("?");
+    let timings = format!(
+        "{} (of which building the API client {client})",
+        stderr
+            .lines()
+            .find_map(|l| l.split("ADD timings: ").nth(1))
+            .unwrap_or("(not logged)")
+    );
     let rss_kib: u64 = stderr
         .lines()
         .find_map(|l| l.split("peak RSS ").nth(1))
@@ -244,6 +263,15 @@ fn main() {
     println!(
         "  ratio plumb/direct       {:.3}",
         p.as_secs_f64() / d.as_secs_f64()
+    );
+    println!(
+        "  ADD alone {:.2} ms vs {:.2} ms ({:.3}); DEL alone {:.2} ms vs {:.2} ms ({:.3})",
+        ms(pa),
+        ms(da),
+        pa.as_secs_f64() / da.as_secs_f64(),
+        ms(pd),
+        ms(dd),
+        pd.as_secs_f64() / dd.as_secs_f64()
     );
     println!(
         "  VERSION plumb {:.2} ms, bridge {:.2} ms, ratio {:.3}",
@@ -262,6 +290,10 @@ fn main() {
         "plumb_add_del_median_ms": ms(p),
         "direct_add_del_median_ms": ms(d),
         "ratio": p.as_secs_f64() / d.as_secs_f64(),
+        "plumb_add_median_ms": ms(pa),
+        "direct_add_median_ms": ms(da),
+        "plumb_del_median_ms": ms(pd),
+        "direct_del_median_ms": ms(dd),
         "version_plumb_median_ms": ms(vp),
         "version_bridge_median_ms": ms(vb),
         "version_ratio": vp.as_secs_f64() / vb.as_secs_f64(),

@@ -88,10 +88,17 @@ impl Call {
     /// error the first time the API is needed.
     fn try_cluster(&self) -> Result<Option<&dyn Cluster>, CniError> {
         if self.cluster.get().is_none() {
+            let start = Instant::now();
             let built = match &self.config.kubeconfig {
                 Some(k) => Some(KubeCluster::from_kubeconfig(k)?),
                 None => None,
             };
+            if self.log.debug_enabled() {
+                self.log.debug(&format!(
+                    "API client from the kubeconfig in {:.1} ms",
+                    start.elapsed().as_secs_f64() * 1e3
+                ));
+            }
             let _ = self.cluster.set(built);
         }
         Ok(self
