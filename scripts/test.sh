@@ -10,6 +10,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== the demo (README's main job), on the debug build"
+PLUMB_PROFILE=dev ./scripts/demo.sh
 if [ -x fuzz/run-short.sh ] && [ "${PLUMB_SKIP_FUZZ:-}" != 1 ]; then
   echo "== short fuzz runs"
   fuzz/run-short.sh "${PLUMB_FUZZ_SECONDS:-15}"

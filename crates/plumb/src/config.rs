@@ -63,6 +63,9 @@ pub struct Config {
     pub runtime_config: Map<String, Value>,
     /// `plumbStateDir`: attachment records.
     pub state_dir: PathBuf,
+    /// `plumbNadDir`: NetworkAttachmentDefinitions as YAML/JSON files, used instead of the API
+    /// when there is no `kubeconfig` (plumb without Kubernetes).
+    pub nad_dir: Option<PathBuf>,
     /// `plumbAttachmentEvents`: a `Normal AddedInterface` event on the pod for each attachment
     /// (failures always get a `Warning` event).
     pub attachment_events: bool,
@@ -215,6 +218,7 @@ const KNOWN: &[&str] = &[
     "runtimeConfig",
     "plumbStateDir",
     "plumbAttachmentEvents",
+    "plumbNadDir",
 ];
 
 impl Config {
@@ -356,6 +360,7 @@ impl Config {
             runtime_config: r.object("runtimeConfig")?,
             state_dir: r.path("plumbStateDir", DEFAULT_STATE_DIR)?,
             attachment_events: r.bool("plumbAttachmentEvents", false)?,
+            nad_dir: r.string("plumbNadDir")?.map(PathBuf::from),
             warnings,
         })
     }

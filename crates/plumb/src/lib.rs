@@ -10,8 +10,10 @@
 //! - [`execute`]: ADD, DEL and CHECK of those attachments, with the records.
 //! - [`cluster`]: the Kubernetes API as plumb uses it (kube-rs behind a trait).
 //! - [`networks`]: where a node finds delegate configurations (NADs, files).
+//! - [`objects`]: Kubernetes objects (NADs, pods) from YAML/JSON files, for use without a cluster.
 //! - [`plugin`]: plumb as the runtime's CNI plugin.
 //! - [`log`]: the log, Multus's line format.
+//! - [`standalone`]: `plumb attach`, `detach` and `plan`, with or without a cluster.
 //! - [`routes`]: `default-route` (spec §4.1.2.1.9) in the pod's netns, over netlink.
 
 pub mod cluster;
@@ -20,8 +22,10 @@ pub mod config;
 pub mod execute;
 pub mod log;
 pub mod networks;
+pub mod objects;
 pub mod plan;
 pub mod plugin;
 pub mod pod_args;
 pub mod record;
 pub mod routes;
+pub mod standalone;

@@ -2,6 +2,8 @@
 //! everything in this process); otherwise it takes subcommands:
 //! - `plumb cni add|check|del|gc|status NETWORK [NETNS]`: run a CNI network from the
 //!   configuration directory against a namespace, like the reference `cnitool`.
+//! - `plumb attach` / `plumb detach`: attach a namespace to networks as a pod would be.
+//! - `plumb plan`: what ADD would do for a pod, without doing it.
 
 use std::process::ExitCode;
 
@@ -22,6 +24,25 @@ struct Cli {
 enum Cmd {
     /// Run a CNI network against a network namespace, as the reference cnitool does.
     Cni(plumb::cnitool::Args),
+    /// Attach a network namespace to networks exactly as a pod's sandbox would be, and print
+    /// its network-status.
+    Attach(plumb::standalone::AttachArgs),
+    /// Undo what `plumb attach` did to a network namespace.
+    Detach(plumb::standalone::DetachArgs),
+    /// Print the attachments ADD would make for a pod, and what each delegate would get on
+    /// stdin, without running anything.
+    Plan(plumb::standalone::PlanArgs),
+}
+
+/// Runs a subcommand's result: errors on stderr, readably, with exit 1.
+fn report(what: &str, r: Result<(), cni::CniError>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("plumb {what}: {e} (CNI error code {})", e.code);
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -41,5 +62,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Cmd::Cni(args) => plumb::cnitool::main(args, &getenv),
+        Cmd::Attach(a) => report(
+            "attach",
+            plumb::standalone::attach(&a, &mut std::io::stdout()),
+        ),
+        Cmd::Detach(a) => report("detach", plumb::standalone::detach(&a)),
+        Cmd::Plan(a) => report("plan", plumb::standalone::plan(&a, &mut std::io::stdout())),
     }
 }

@@ -53,6 +53,18 @@ pub trait Networks {
     fn conf_at(&self, path: &Path) -> Result<NetworkConfigList, CniError>;
 }
 
+impl<T: Networks + ?Sized> Networks for &T {
+    fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
+        (**self).nad(r)
+    }
+    fn conf_by_name(&self, name: &str) -> Result<Option<NetworkConfigList>, CniError> {
+        (**self).conf_by_name(name)
+    }
+    fn conf_at(&self, path: &Path) -> Result<NetworkConfigList, CniError> {
+        (**self).conf_at(path)
+    }
+}
+
 /// One attachment, ready to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attachment {

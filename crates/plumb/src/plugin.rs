@@ -29,6 +29,10 @@ use crate::record::RecordStore;
 /// fill it for plugins that declare it), which spares the pod GET.
 pub const POD_ANNOTATIONS_CAPABILITY: &str = "io.kubernetes.cri.pod-annotations";
 
+/// The `CNI_ARGS` key that carries a selection (either annotation format) for runtimes without
+/// Kubernetes.
+pub const NETWORKS_ARG: &str = "PLUMB_NETWORKS";
+
 /// How long ADD waits for `readinessindicatorfile` (Multus's 45 s), and how often it looks.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(45);
 const READINESS_POLL: Duration = Duration::from_millis(250);
@@ -113,11 +117,24 @@ impl Call {
         self.try_cluster().ok().flatten()
     }
 
-    fn networks(&self) -> Result<NodeNetworks<'_>, CniError> {
-        Ok(NodeNetworks {
-            cluster: self.try_cluster()?,
-            conf_dir: self.config.conf_dir.clone(),
-        })
+    /// NADs from the API when plumb has a kubeconfig, else from `plumbNadDir` files.
+    fn networks(&self) -> Result<Box<dyn crate::plan::Networks + '_>, CniError> {
+        let conf_dir = self.config.conf_dir.clone();
+        if let Some(cluster) = self.try_cluster()? {
+            return Ok(Box::new(NodeNetworks {
+                cluster: Some(cluster),
+                conf_dir,
+            }));
+        }
+        if let Some(dir) = &self.config.nad_dir {
+            return Ok(Box::new(crate::objects::FileNetworks::from_dir(
+                dir, conf_dir,
+            )?));
+        }
+        Ok(Box::new(NodeNetworks {
+            cluster: None,
+            conf_dir,
+        }))
     }
 
     fn sandbox(&self, args: &CmdArgs) -> Sandbox {
@@ -131,17 +148,38 @@ impl Call {
     /// The pod this call is for: from the runtime's pod-annotations capability when given,
     /// else from the API (retrying a pod not visible yet when `wait`).
     fn pod(&self, wait: bool) -> Result<Option<Pod>, CniError> {
+        // Without Kubernetes the sandbox still has a name for logs and records.
+        let local = |annotations| Pod {
+            namespace: self
+                .pod_args
+                .as_ref()
+                .map_or("default".into(), |p| p.namespace.clone()),
+            name: self
+                .pod_args
+                .as_ref()
+                .map_or("sandbox".into(), |p| p.name.clone()),
+            uid: self
+                .pod_args
+                .as_ref()
+                .and_then(|p| p.uid.clone())
+                .unwrap_or_default(),
+            annotations,
+        };
+        if let Some(Value::Object(a)) = self.config.runtime_config.get(POD_ANNOTATIONS_CAPABILITY) {
+            return Ok(Some(local(annotations_from(a))));
+        }
+        if let Some(selection) = cni::args::get(&self.cni_args, NETWORKS_ARG) {
+            return Ok(Some(local(
+                [(
+                    netattach::NETWORKS_ANNOTATION.to_string(),
+                    selection.to_string(),
+                )]
+                .into(),
+            )));
+        }
         let Some(pa) = &self.pod_args else {
             return Ok(None);
         };
-        if let Some(Value::Object(a)) = self.config.runtime_config.get(POD_ANNOTATIONS_CAPABILITY) {
-            return Ok(Some(Pod {
-                namespace: pa.namespace.clone(),
-                name: pa.name.clone(),
-                uid: pa.uid.clone().unwrap_or_default(),
-                annotations: annotations_from(a),
-            }));
-        }
         let Some(cluster) = self.try_cluster()? else {
             return Ok(None);
         };
@@ -166,7 +204,7 @@ impl Call {
     }
 
     fn plan(&self, pod: Option<&Pod>, ifname: &str) -> Result<Plan, CniError> {
-        let plan = plan::plan(&self.config, pod, ifname, &self.networks()?)?;
+        let plan = plan::plan(&self.config, pod, ifname, &*self.networks()?)?;
         for w in &plan.warnings {
             self.log.verbose(w);
         }

@@ -1,0 +1,289 @@
+//! plumb from the command line, with or without a cluster: `plumb attach` and `plumb detach`
+//! attach a network namespace exactly as a pod's sandbox would be attached (same plan, same
+//! records, same delegates), and `plumb plan` shows what ADD would do without doing it.
+//!
+//! NADs come from files (`--nads DIR`, or `plumbNadDir` in the configuration) or from the API
+//! (`--kubeconfig`, or `kubeconfig` in the configuration).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use cni::cache::ResultCache;
+use cni::error::{CniError, ErrorCode};
+use cni::request::{self, Extra};
+use cni::runtime::CniConfig;
+use netattach::selection::NETWORKS_ANNOTATION;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha512};
+
+use crate::cluster::KubeCluster;
+use crate::config::Config;
+use crate::execute::{Executor, Sandbox};
+use crate::networks::NodeNetworks;
+use crate::objects::{self, FileNetworks};
+use crate::plan::{self, Networks, Plan, Pod};
+use crate::plugin::{NetlinkRoutes, network_status};
+use crate::record::RecordStore;
+
+/// Where plumb's configuration is read from by default: the file the daemon would install.
+pub const DEFAULT_CONFIG: &str = "/etc/cni/net.d/00-plumb.conf";
+
+/// What every standalone command needs to find networks.
+#[derive(Debug, clap::Args)]
+pub struct Source {
+    /// plumb's configuration (the JSON a runtime would give it on stdin).
+    #[arg(long, default_value = DEFAULT_CONFIG)]
+    pub config: PathBuf,
+    /// A directory (or file) of NetworkAttachmentDefinitions as YAML or JSON.
+    #[arg(long, conflicts_with = "kubeconfig")]
+    pub nads: Option<PathBuf>,
+    /// Read NADs from this cluster instead.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AttachArgs {
+    /// The network namespace: a name under /var/run/netns, or a path.
+    #[arg(long)]
+    pub netns: String,
+    /// The selection, in either annotation format (`net-a,ns/net-b@eth5` or a JSON list).
+    #[arg(long, conflicts_with = "pod")]
+    pub networks: Option<String>,
+    /// Take the selection (and namespace) from this pod's annotation instead (YAML or JSON).
+    #[arg(long)]
+    pub pod: Option<PathBuf>,
+    /// The namespace the selection's names are relative to (with `--networks`).
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// The container ID (default: derived from the namespace path, as cnitool does).
+    #[arg(long)]
+    pub container_id: Option<String>,
+    #[command(flatten)]
+    pub source: Source,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DetachArgs {
+    #[arg(long)]
+    pub netns: String,
+    #[arg(long)]
+    pub container_id: Option<String>,
+    #[arg(long, default_value = DEFAULT_CONFIG)]
+    pub config: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// The pod (YAML or JSON, as kubectl takes it).
+    #[arg(long)]
+    pub pod: PathBuf,
+    /// The runtime's interface name for the default network.
+    #[arg(long, default_value = "eth0")]
+    pub ifname: String,
+    #[command(flatten)]
+    pub source: Source,
+}
+
+fn netns_path(arg: &str) -> String {
+    if arg.contains('/') {
+        arg.to_string()
+    } else {
+        format!("/var/run/netns/{arg}")
+    }
+}
+
+/// `plumb-` and the first 20 hex digits of the SHA-512 of the namespace path.
+fn container_id_for(netns: &str) -> String {
+    let digest = Sha512::digest(netns.as_bytes());
+    let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
+    format!("plumb-{hex}")
+}
+
+fn read_config(path: &Path) -> Result<Config, CniError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        CniError::new(
+            ErrorCode::Io,
+            format!("plumb configuration {}: {e}", path.display()),
+        )
+    })?;
+    Config::parse(&bytes).map_err(|e| e.context(path.display()))
+}
+
+/// The NAD store the arguments and configuration choose.
+enum Store {
+    Files(FileNetworks),
+    Api(KubeCluster, PathBuf),
+    None(PathBuf),
+}
+
+impl Store {
+    fn open(config: &Config, source: &Source) -> Result<Store, CniError> {
+        let conf_dir = config.conf_dir.clone();
+        if let Some(dir) = source.nads.as_ref().or(config.nad_dir.as_ref()) {
+            return Ok(Store::Files(FileNetworks::from_dir(dir, conf_dir)?));
+        }
+        if let Some(k) = source.kubeconfig.as_ref().or(config.kubeconfig.as_ref()) {
+            return Ok(Store::Api(KubeCluster::from_kubeconfig(k)?, conf_dir));
+        }
+        Ok(Store::None(conf_dir))
+    }
+
+    fn networks(&self) -> Box<dyn Networks + '_> {
+        match self {
+            Store::Files(f) => Box::new(f),
+            Store::Api(c, dir) => Box::new(NodeNetworks {
+                cluster: Some(c),
+                conf_dir: dir.clone(),
+            }),
+            Store::None(dir) => Box::new(NodeNetworks {
+                cluster: None,
+                conf_dir: dir.clone(),
+            }),
+        }
+    }
+}
+
+/// The first Pod object of a file.
+fn read_pod(file: &Path) -> Result<Pod, CniError> {
+    let objects = objects::read_file(file)?;
+    let pod = objects.iter().find(|o| o.kind() == "Pod").ok_or_else(|| {
+        CniError::new(
+            ErrorCode::InvalidConfig,
+            format!("{}: no Pod object in the file", file.display()),
+        )
+    })?;
+    objects::pod_of(pod)
+}
+
+fn cni_for(config: &Config) -> CniConfig {
+    let mut path = vec![config.bin_dir.clone()];
+    path.extend(cni::exec::split_path(
+        &std::env::var("CNI_PATH").unwrap_or_else(|_| "/opt/cni/bin:/usr/lib/cni".into()),
+    ));
+    CniConfig::new(path, ResultCache::new(config.cni_dir.clone()))
+}
+
+/// `plumb attach`: prints the network-status of what was attached.
+pub fn attach(a: &AttachArgs, out: &mut dyn Write) -> Result<(), CniError> {
+    let config = read_config(&a.source.config)?;
+    let store = Store::open(&config, &a.source)?;
+    let netns = netns_path(&a.netns);
+    let pod = match &a.pod {
+        Some(file) => read_pod(file)?,
+        None => Pod {
+            namespace: a.namespace.clone(),
+            name: "plumb-attach".into(),
+            uid: String::new(),
+            annotations: BTreeMap::from([(
+                NETWORKS_ANNOTATION.to_string(),
+                a.networks.clone().unwrap_or_default(),
+            )]),
+        },
+    };
+    let plan = plan::plan(&config, Some(&pod), "eth0", &*store.networks())?;
+    for w in &plan.warnings {
+        eprintln!("plumb attach: warning: {w}");
+    }
+    let cni = cni_for(&config);
+    let records = RecordStore::new(config.state_dir.clone());
+    let exec = Executor {
+        cni: &cni,
+        records: &records,
+        routes: &NetlinkRoutes,
+    };
+    let sandbox = Sandbox {
+        container_id: a
+            .container_id
+            .clone()
+            .unwrap_or_else(|| container_id_for(&netns)),
+        netns,
+        cni_args: vec![("IgnoreUnknown".into(), "true".into())],
+    };
+    let added = exec.add(&sandbox, Some(&pod), &plan.attachments)?;
+    let status: Value = serde_json::from_str(&network_status(&added))
+        .map_err(|e| CniError::new(ErrorCode::Internal, e.to_string()))?;
+    writeln!(
+        out,
+        "{}",
+        serde_json::to_string_pretty(&status).unwrap_or_default()
+    )
+    .map_err(|e| CniError::new(ErrorCode::Io, e.to_string()))
+}
+
+/// `plumb detach`: undoes what `plumb attach` recorded.
+pub fn detach(a: &DetachArgs) -> Result<(), CniError> {
+    let config = read_config(&a.config)?;
+    let netns = netns_path(&a.netns);
+    let cni = cni_for(&config);
+    let records = RecordStore::new(config.state_dir.clone());
+    let exec = Executor {
+        cni: &cni,
+        records: &records,
+        routes: &NetlinkRoutes,
+    };
+    let sandbox = Sandbox {
+        container_id: a
+            .container_id
+            .clone()
+            .unwrap_or_else(|| container_id_for(&netns)),
+        netns: netns.clone(),
+        cni_args: Vec::new(),
+    };
+    if exec.del(&sandbox, &netns)? {
+        Ok(())
+    } else {
+        Err(CniError::new(
+            ErrorCode::UnknownContainer,
+            format!(
+                "nothing is attached to {netns} (no record for container {} in {})",
+                sandbox.container_id,
+                records.dir().display()
+            ),
+        ))
+    }
+}
+
+/// What `plumb plan` prints: each attachment, and the exact stdin each of its plugins would get
+/// (`prevResult` is only known while ADD runs, so it is left out).
+pub fn plan_json(plan: &Plan) -> Result<Value, CniError> {
+    let mut attachments = Vec::new();
+    for a in &plan.attachments {
+        let mut plugins = Vec::new();
+        for p in &a.list.plugins {
+            let stdin = request::build(
+                &a.list.name,
+                a.list.cni_version,
+                p,
+                Extra::Attachment {
+                    capability_args: &a.capability_args,
+                    prev_result: None,
+                },
+            )?;
+            plugins.push(
+                serde_json::from_slice::<Value>(&stdin)
+                    .map_err(|e| CniError::new(ErrorCode::Internal, e.to_string()))?,
+            );
+        }
+        attachments.push(json!({
+            "network": a.network,
+            "interface": a.ifname,
+            "default": a.is_default,
+            "default-route": a.default_route,
+            "plugins": plugins,
+        }));
+    }
+    Ok(json!({"attachments": attachments, "warnings": plan.warnings}))
+}
+
+/// `plumb plan`: prints the plan as JSON, or the error ADD would return.
+pub fn plan(a: &PlanArgs, out: &mut dyn Write) -> Result<(), CniError> {
+    let config = read_config(&a.source.config)?;
+    let store = Store::open(&config, &a.source)?;
+    let pod = read_pod(&a.pod)?;
+    let plan = plan::plan(&config, Some(&pod), &a.ifname, &*store.networks())
+        .map_err(|e| e.context(format!("pod {}/{}", pod.namespace, pod.name)))?;
+    let text = serde_json::to_string_pretty(&plan_json(&plan)?).unwrap_or_default();
+    writeln!(out, "{text}").map_err(|e| CniError::new(ErrorCode::Io, e.to_string()))
+}

@@ -1,0 +1,177 @@
+//! plumb without Kubernetes: `plumb plan` (compared with a fixture of the exact delegate
+//! stdin), `plumb attach`/`detach` with NADs from files, and the CNI plugin with `plumbNadDir`
+//! and a selection in `CNI_ARGS`. The attach tests need root (CI runs as root).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{CniCall, Node, err, ok, run};
+use serde_json::{Value, json};
+use testkit::netns::{Link, Netns, unique_name};
+
+fn plumb(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(args)
+        .env("CNI_PATH", common::PLUGINS)
+        .output()
+        .expect("run plumb")
+}
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(p)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn plan_prints_the_exact_stdin_of_every_delegate() {
+    let out = plumb(&[
+        "plan",
+        "--pod",
+        s(&repo("examples/standalone/pods/demo.yaml")),
+        "--nads",
+        s(&repo("examples/standalone/nads")),
+        "--config",
+        s(&repo("examples/standalone/plumb.conf")),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want: Value = serde_json::from_slice(
+        &std::fs::read(repo("crates/plumb/tests/fixtures/plan/demo.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn plan_prints_the_error_add_would_return() {
+    let d = tempfile::tempdir().unwrap();
+    let pod = d.path().join("pod.yaml");
+    std::fs::write(
+        &pod,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: team\n  annotations:\n    \
+         k8s.v1.cni.cncf.io/networks: macvlan\n",
+    )
+    .unwrap();
+    let out = plumb(&[
+        "plan",
+        "--pod",
+        s(&pod),
+        "--nads",
+        s(&repo("examples/standalone/nads")),
+        "--config",
+        s(&repo("examples/standalone/plumb.conf")),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("pod team/p") && e.contains("team/macvlan not found") && e.contains("code 7"),
+        "{e}"
+    );
+}
+
+/// NADs in a temporary directory: a bridge and a macvlan on `parent`, host-local in `ipam`.
+fn write_nads(dir: &Path, bridge: &str, parent: &str, ipam: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let nad = |name: &str, config: Value| {
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"name": name}, "spec": {"config": config.to_string()}})
+    };
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+        nad("br", json!({"cniVersion": "1.0.0", "type": "bridge", "bridge": bridge,
+            "ipam": {"type": "host-local", "subnet": "10.219.2.0/24", "dataDir": ipam}})),
+        nad("mv", json!({"cniVersion": "1.0.0", "type": "macvlan", "master": parent,
+            "ipam": {"type": "host-local", "subnet": "10.219.3.0/24", "dataDir": ipam}})),
+    ]});
+    std::fs::write(dir.join("nads.json"), list.to_string()).unwrap();
+}
+
+#[test]
+fn attach_and_detach_with_nads_from_files() {
+    testkit::netns::require_root();
+    let node = Node::new();
+    let (b0, b1, parent) = (unique_name("sd"), unique_name("sb"), unique_name("sp"));
+    let _links = [Link::adopt(&b0), Link::adopt(&b1), Link::bridge(&parent)];
+    write_nads(&node.path("nads"), &b1, &parent, &node.ipam_dir());
+    let config = node.config(json!({"delegates": [node.bridge("default-net", &b0, 1)]}));
+    let config_file = node.path("plumb.conf");
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    let ns = Netns::new();
+
+    let out = plumb(&[
+        "attach",
+        "--netns",
+        ns.name(),
+        "--networks",
+        "br,mv@mv1",
+        "--nads",
+        s(&node.path("nads")),
+        "--config",
+        s(&config_file),
+    ]);
+    let status = ok(&out);
+    let interfaces: Vec<&str> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["interface"].as_str().unwrap())
+        .collect();
+    assert_eq!(interfaces, ["eth0", "net1", "mv1"]);
+    assert_eq!(status[1]["name"], "default/br");
+    assert_eq!(ns.addresses("net1"), ["10.219.2.2/24"]);
+    assert_eq!(ns.addresses("mv1"), ["10.219.3.2/24"]);
+
+    let out = plumb(&["detach", "--netns", ns.name(), "--config", s(&config_file)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(ns.links(), ["lo"]);
+    assert_eq!(node.all_allocations(), 0);
+    // Detaching what is not attached says so.
+    let out = plumb(&["detach", "--netns", ns.name(), "--config", s(&config_file)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing is attached"));
+}
+
+#[test]
+fn the_cni_plugin_without_kubernetes_reads_nads_from_files() {
+    testkit::netns::require_root();
+    let node = Node::new();
+    let (b0, b1, parent) = (unique_name("sd"), unique_name("sb"), unique_name("sp"));
+    let _links = [Link::adopt(&b0), Link::adopt(&b1), Link::bridge(&parent)];
+    write_nads(&node.path("nads"), &b1, &parent, &node.ipam_dir());
+    let config = node.config(json!({"plumbNadDir": node.path("nads"),
+        "delegates": [node.bridge("default-net", &b0, 4)]}));
+    let ns = Netns::new();
+    let netns = ns.path().display().to_string();
+    let call = |command, args| {
+        run(&CniCall {
+            command,
+            container_id: "c-files",
+            netns: &netns,
+            ifname: "eth0",
+            args,
+            config: &config,
+        })
+    };
+    ok(&call("ADD", "IgnoreUnknown=1;PLUMB_NETWORKS=br,mv@mv1"));
+    assert_eq!(ns.addresses("net1"), ["10.219.2.2/24"]);
+    assert_eq!(ns.addresses("mv1"), ["10.219.3.2/24"]);
+    ok(&call("DEL", "IgnoreUnknown=1;PLUMB_NETWORKS=br,mv@mv1"));
+    assert_eq!(ns.links(), ["lo"]);
+    assert_eq!(node.all_allocations(), 0);
+    // A selection naming a NAD the files do not have fails, naming it.
+    let e = err(&call("ADD", "IgnoreUnknown=1;PLUMB_NETWORKS=nope"));
+    assert!(e["msg"].as_str().unwrap().contains("default/nope"), "{e}");
+}
