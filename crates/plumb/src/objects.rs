@@ -261,7 +261,7 @@ mod tests {
             .nad(&NetworkRef::new("default", "net-a"))
             .unwrap()
             .unwrap();
-        assert_eq!(a.cni_config().is_ok(), true);
+        assert!(matches!(a.cni_config(), Ok(netattach::NadConfig::Inline(_))));
         assert!(
             nets.nad(&NetworkRef::new("default", "net-b"))
                 .unwrap()
