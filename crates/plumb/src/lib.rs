@@ -13,7 +13,8 @@
 //! - [`objects`]: Kubernetes objects (NADs, pods) from YAML/JSON files, for use without a cluster.
 //! - [`plugin`]: plumb as the runtime's CNI plugin.
 //! - [`log`]: the log, Multus's line format.
-//! - [`standalone`]: `plumb attach`, `detach` and `plan`, with or without a cluster.
+//! - [`standalone`]: `plumb attach`, `detach`, `plan` and `status`, with or without a cluster.
+//! - [`validate`]: `plumb validate`, NADs and pods checked before they reach a cluster.
 //! - [`routes`]: `default-route` (spec §4.1.2.1.9) in the pod's netns, over netlink.
 
 pub mod cluster;
@@ -29,3 +30,4 @@ pub mod pod_args;
 pub mod record;
 pub mod routes;
 pub mod standalone;
+pub mod validate;

@@ -32,6 +32,14 @@ enum Cmd {
     /// Print the attachments ADD would make for a pod, and what each delegate would get on
     /// stdin, without running anything.
     Plan(plumb::standalone::PlanArgs),
+    /// Check NAD and pod files (YAML or JSON, directories read one level deep): one line per
+    /// problem; exit 1 on any error.
+    Validate {
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
+    },
+    /// A pod's network-status as a table, from a pod file or the cluster.
+    Status(plumb::standalone::StatusArgs),
 }
 
 /// Runs a subcommand's result: errors on stderr, readably, with exit 1.
@@ -42,6 +50,45 @@ fn report(what: &str, r: Result<(), cni::CniError>) -> ExitCode {
             eprintln!("plumb {what}: {e} (CNI error code {})", e.code);
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `plumb validate`: every problem on stdout, a count on stderr.
+fn validate(files: &[std::path::PathBuf]) -> ExitCode {
+    let files = match plumb::objects::files_of(files) {
+        Ok(f) => f,
+        Err(e) => return report("validate", Err(e)),
+    };
+    // A file that cannot be read is a problem of its own; the others are still checked.
+    let mut objects = Vec::new();
+    let mut problems = Vec::new();
+    for f in &files {
+        match plumb::objects::read_file(f) {
+            Ok(o) => objects.extend(o),
+            Err(e) => problems.push(plumb::validate::Problem {
+                severity: plumb::validate::Severity::Error,
+                object: f.display().to_string(),
+                message: e.msg,
+            }),
+        }
+    }
+    problems.extend(plumb::validate::validate(&objects));
+    for p in &problems {
+        println!("{p}");
+    }
+    let errors = problems
+        .iter()
+        .filter(|p| p.severity == plumb::validate::Severity::Error)
+        .count();
+    eprintln!(
+        "plumb validate: {} objects, {errors} errors, {} warnings",
+        objects.len(),
+        problems.len() - errors
+    );
+    if errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 
@@ -68,5 +115,10 @@ fn main() -> ExitCode {
         ),
         Cmd::Detach(a) => report("detach", plumb::standalone::detach(&a)),
         Cmd::Plan(a) => report("plan", plumb::standalone::plan(&a, &mut std::io::stdout())),
+        Cmd::Status(a) => report(
+            "status",
+            plumb::standalone::status(&a, &mut std::io::stdout()),
+        ),
+        Cmd::Validate { files } => validate(&files),
     }
 }

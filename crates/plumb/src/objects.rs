@@ -109,6 +109,16 @@ pub fn read_file(file: &Path) -> Result<Vec<FileObject>, CniError> {
 /// `.yml` and `.json` files, sorted by name).
 pub fn read_paths(paths: &[PathBuf]) -> Result<Vec<FileObject>, CniError> {
     let mut out = Vec::new();
+    for f in files_of(paths)? {
+        out.extend(read_file(&f)?);
+    }
+    Ok(out)
+}
+
+/// The files `paths` name, directories expanded one level deep (their `.yaml`, `.yml` and
+/// `.json` files, sorted by name).
+pub fn files_of(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CniError> {
+    let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
             let mut files: Vec<PathBuf> = std::fs::read_dir(p)
@@ -121,11 +131,9 @@ pub fn read_paths(paths: &[PathBuf]) -> Result<Vec<FileObject>, CniError> {
                 })
                 .collect();
             files.sort();
-            for f in files {
-                out.extend(read_file(&f)?);
-            }
+            out.extend(files);
         } else {
-            out.extend(read_file(p)?);
+            out.push(p.clone());
         }
     }
     Ok(out)
@@ -261,7 +269,10 @@ mod tests {
             .nad(&NetworkRef::new("default", "net-a"))
             .unwrap()
             .unwrap();
-        assert!(matches!(a.cni_config(), Ok(netattach::NadConfig::Inline(_))));
+        assert!(matches!(
+            a.cni_config(),
+            Ok(netattach::NadConfig::Inline(_))
+        ));
         assert!(
             nets.nad(&NetworkRef::new("default", "net-b"))
                 .unwrap()

@@ -175,3 +175,53 @@ fn the_cni_plugin_without_kubernetes_reads_nads_from_files() {
     let e = err(&call("ADD", "IgnoreUnknown=1;PLUMB_NETWORKS=nope"));
     assert!(e["msg"].as_str().unwrap().contains("default/nope"), "{e}");
 }
+
+#[test]
+fn status_prints_a_pods_network_status_as_a_table() {
+    let d = tempfile::tempdir().unwrap();
+    let pod = d.path().join("pod.json");
+    let status = json!([
+        {"name": "kube-system/default-net", "interface": "eth0", "ips": ["10.1.0.5"],
+         "mac": "02:00:00:00:00:05", "default": true},
+        {"name": "default/net-a", "interface": "net1", "ips": ["10.2.0.5", "fd00::5"],
+         "mac": "02:00:00:00:01:05", "default-route": ["10.2.0.1"]}
+    ]);
+    std::fs::write(
+        &pod,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web",
+            "annotations": {"k8s.v1.cni.cncf.io/network-status": status.to_string()}}})
+        .to_string(),
+    )
+    .unwrap();
+    let out = plumb(&["status", s(&pod)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].starts_with("NETWORK") && lines[0].contains("INTERFACE"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("kube-system/default-net") && lines[1].ends_with("default"),
+        "{text}"
+    );
+    assert!(
+        lines[2].contains("net1")
+            && lines[2].contains("10.2.0.5,fd00::5")
+            && lines[2].ends_with("default-route via 10.2.0.1"),
+        "{text}"
+    );
+    // A pod that was never attached says so.
+    let bare = d.path().join("bare.yaml");
+    std::fs::write(&bare, "kind: Pod\nmetadata: {name: bare}\n").unwrap();
+    let out = plumb(&["status", s(&bare)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no \"k8s.v1.cni.cncf.io/network-status\"")
+    );
+}

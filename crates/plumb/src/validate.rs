@@ -1,0 +1,190 @@
+//! `plumb validate`: checks NADs and pods in files before they reach a cluster, with the same
+//! rules plumb applies at ADD, and one step further than any validator in the field: a pod's
+//! selection is checked against the NADs it selects (a pod asking for `ips` on a network none
+//! of whose plugins declares the `ips` capability fails at ADD, multi-net spec §4.1.2.1.3.2).
+//!
+//! Each problem is one line naming the file, the object and the key. Errors make the command
+//! fail; warnings (a capability no convention defines, a selection key the spec does not know)
+//! do not.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use netattach::nad::NadConfig;
+use netattach::runtime_config::check_capabilities;
+use netattach::selection::{self, NETWORKS_ANNOTATION};
+use netattach::{NetworkAttachmentDefinition, NetworkRef};
+
+use crate::objects::{self, FileObject};
+use crate::plan::DEFAULT_NETWORK_ANNOTATION;
+
+/// Capability names of the CNI conventions (CONVENTIONS.md) and of the NPWG specifications.
+const KNOWN_CAPABILITIES: &[&str] = &[
+    "portMappings",
+    "ipRanges",
+    "bandwidth",
+    "dns",
+    "ips",
+    "mac",
+    "infinibandGUID",
+    "deviceID",
+    "aliases",
+    "cgroupPath",
+    "CNIDeviceInfoFile",
+    "io.kubernetes.cri.pod-annotations",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// One problem, printed as one line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub severity: Severity,
+    /// `FILE (document N): KIND NAMESPACE/NAME`.
+    pub object: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tag = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{}: {tag}: {}", self.object, self.message)
+    }
+}
+
+/// Checks every NAD and pod among `objects`; other kinds are ignored.
+pub fn validate(objects: &[FileObject]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut nads: BTreeMap<String, NetworkAttachmentDefinition> = BTreeMap::new();
+    // Messages made for other callers may start with the object's own name: not twice.
+    let error = |o: &FileObject, message: String| Problem {
+        severity: Severity::Error,
+        object: o.to_string(),
+        message: message
+            .strip_prefix(&format!("{o}: "))
+            .map(str::to_string)
+            .unwrap_or(message),
+    };
+    let warning = |o: &FileObject, message: String| Problem {
+        severity: Severity::Warning,
+        object: o.to_string(),
+        message,
+    };
+
+    for o in objects
+        .iter()
+        .filter(|o| o.kind() == netattach::nad::NAD_KIND)
+    {
+        let nad = match objects::nad_of(o) {
+            Ok(n) => n,
+            Err(e) => {
+                problems.push(error(o, e.msg));
+                continue;
+            }
+        };
+        match nad.cni_config() {
+            Err(e) => problems.push(error(o, format!("spec.config: {e}"))),
+            Ok(NadConfig::OnDisk { name }) => problems.push(warning(
+                o,
+                format!(
+                    "no spec.config: the node must have a configuration file named {name:?} \
+                     (multi-net spec §3.4.1)"
+                ),
+            )),
+            Ok(NadConfig::Inline(list)) => {
+                for (i, p) in list.plugins.iter().enumerate() {
+                    for (cap, on) in &p.capabilities {
+                        if *on && !KNOWN_CAPABILITIES.contains(&cap.as_str()) {
+                            problems.push(warning(
+                                o,
+                                format!(
+                                    "spec.config plugin {i} ({}): capability {cap:?} is not one \
+                                     of the CNI conventions' (a typo?)",
+                                    p.plugin_type
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if nads.insert(o.qualified_name(), nad).is_some() {
+            problems.push(error(
+                o,
+                format!(
+                    "network-attachment-definition {} is defined more than once",
+                    o.qualified_name()
+                ),
+            ));
+        }
+    }
+
+    for o in objects.iter().filter(|o| o.kind() == "Pod") {
+        let pod = match objects::pod_of(o) {
+            Ok(p) => p,
+            Err(e) => {
+                problems.push(error(o, e.msg));
+                continue;
+            }
+        };
+        if let Some(v) = pod.annotations.get(DEFAULT_NETWORK_ANNOTATION)
+            && let Err(e) = selection::parse(v)
+        {
+            problems.push(error(
+                o,
+                format!("annotation {DEFAULT_NETWORK_ANNOTATION:?}: {e}"),
+            ));
+        }
+        let Some(value) = pod.annotations.get(NETWORKS_ANNOTATION) else {
+            continue;
+        };
+        let elements = match selection::parse(value) {
+            Ok(e) => e,
+            Err(e) => {
+                problems.push(error(o, e.to_string()));
+                continue;
+            }
+        };
+        for (i, element) in elements.iter().enumerate() {
+            let r: NetworkRef = element.network_ref(&pod.namespace);
+            for key in element.unknown_keys() {
+                problems.push(warning(
+                    o,
+                    format!(
+                        "{NETWORKS_ANNOTATION:?} element {} ({:?}): key {key:?} is not in the \
+                         specification and is ignored",
+                        i + 1,
+                        element.name
+                    ),
+                ));
+            }
+            let Some(nad) = nads.get(&r.to_string()) else {
+                problems.push(error(
+                    o,
+                    format!(
+                        "{NETWORKS_ANNOTATION:?} element {} selects network-attachment-definition \
+                         {r}, which is not among the files given",
+                        i + 1
+                    ),
+                ));
+                continue;
+            };
+            if let Ok(NadConfig::Inline(list)) = nad.cni_config()
+                && let Err(e) = check_capabilities(&r.to_string(), &list, element)
+            {
+                problems.push(error(
+                    o,
+                    format!("{NETWORKS_ANNOTATION:?} element {}: {e}", i + 1),
+                ));
+            }
+        }
+    }
+    problems
+}

@@ -1,0 +1,84 @@
+//! `plumb validate` on a catalogue of files (tests/fixtures/validate): every bad file fails
+//! with a line naming the file, the object and what is wrong (each file's first line says
+//! `# expect: <text>`); the good ones, and the examples, pass.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn validate(paths: &[&Path]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .arg("validate")
+        .args(paths)
+        .output()
+        .expect("run plumb validate")
+}
+
+fn fixtures(kind: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/validate")
+        .join(kind);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_bad_file_is_reported_with_its_reason() {
+    let bad = fixtures("bad");
+    assert!(bad.len() >= 9, "{bad:?}");
+    for f in bad {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let expect = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{}: first line must be '# expect: ...'", f.display()));
+        let out = validate(&[&f]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{}: {stdout}", f.display());
+        let line = stdout
+            .lines()
+            .find(|l| l.contains(": error: "))
+            .unwrap_or_else(|| panic!("{}: no error line: {stdout}", f.display()));
+        assert!(line.starts_with(&f.display().to_string()), "{line}");
+        assert!(
+            line.contains(expect),
+            "{}: wanted {expect:?} in {line}",
+            f.display()
+        );
+    }
+}
+
+#[test]
+fn good_files_pass_and_warnings_do_not_fail() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/standalone");
+    let out = validate(&[&examples.join("nads"), &examples.join("pods")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("3 objects, 0 errors"));
+
+    let good = fixtures("good");
+    let paths: Vec<&Path> = good.iter().map(PathBuf::as_path).collect();
+    let out = validate(&paths);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("warning: spec.config plugin 0 (bridge): capability \"portMapings\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("key \"colour\" is not in the specification"),
+        "{stdout}"
+    );
+}
