@@ -157,12 +157,44 @@ fn read_pod(file: &Path) -> Result<Pod, CniError> {
     objects::pod_of(pod)
 }
 
-fn cni_for(config: &Config) -> CniConfig {
-    let mut path = vec![config.bin_dir.clone()];
-    path.extend(cni::exec::split_path(
-        &std::env::var("CNI_PATH").unwrap_or_else(|_| "/opt/cni/bin:/usr/lib/cni".into()),
-    ));
-    CniConfig::new(path, ResultCache::new(config.cni_dir.clone()))
+/// This machine's delegates, result cache and records, as the configuration places them.
+struct LocalNode {
+    cni: CniConfig,
+    records: RecordStore,
+}
+
+impl LocalNode {
+    fn new(config: &Config) -> LocalNode {
+        // binDir first, then CNI_PATH, as for the runtime's calls.
+        let mut path = vec![config.bin_dir.clone()];
+        path.extend(cni::exec::split_path(
+            &std::env::var("CNI_PATH").unwrap_or_else(|_| "/opt/cni/bin:/usr/lib/cni".into()),
+        ));
+        LocalNode {
+            cni: CniConfig::new(path, ResultCache::new(config.cni_dir.clone())),
+            records: RecordStore::new(config.state_dir.clone()),
+        }
+    }
+
+    fn executor(&self) -> Executor<'_> {
+        Executor {
+            cni: &self.cni,
+            records: &self.records,
+            routes: &NetlinkRoutes,
+        }
+    }
+}
+
+/// The sandbox `attach`/`detach` work on: the given container ID, or one derived from the
+/// namespace path (so `detach` finds what `attach` recorded).
+fn sandbox_for(netns: &str, container_id: Option<&str>) -> Sandbox {
+    Sandbox {
+        container_id: container_id
+            .map(str::to_string)
+            .unwrap_or_else(|| container_id_for(netns)),
+        netns: netns.to_string(),
+        cni_args: vec![("IgnoreUnknown".into(), "true".into())],
+    }
 }
 
 /// `plumb attach`: prints the network-status of what was attached.
@@ -186,22 +218,11 @@ pub fn attach(a: &AttachArgs, out: &mut dyn Write) -> Result<(), CniError> {
     for w in &plan.warnings {
         eprintln!("plumb attach: warning: {w}");
     }
-    let cni = cni_for(&config);
-    let records = RecordStore::new(config.state_dir.clone());
-    let exec = Executor {
-        cni: &cni,
-        records: &records,
-        routes: &NetlinkRoutes,
-    };
-    let sandbox = Sandbox {
-        container_id: a
-            .container_id
-            .clone()
-            .unwrap_or_else(|| container_id_for(&netns)),
-        netns,
-        cni_args: vec![("IgnoreUnknown".into(), "true".into())],
-    };
-    let added = exec.add(&sandbox, Some(&pod), &plan.attachments)?;
+    let node = LocalNode::new(&config);
+    let sandbox = sandbox_for(&netns, a.container_id.as_deref());
+    let added = node
+        .executor()
+        .add(&sandbox, Some(&pod), &plan.attachments)?;
     let status: Value = serde_json::from_str(&network_status(&added))
         .map_err(|e| CniError::new(ErrorCode::Internal, e.to_string()))?;
     writeln!(
@@ -216,22 +237,9 @@ pub fn attach(a: &AttachArgs, out: &mut dyn Write) -> Result<(), CniError> {
 pub fn detach(a: &DetachArgs) -> Result<(), CniError> {
     let config = read_config(&a.config)?;
     let netns = netns_path(&a.netns);
-    let cni = cni_for(&config);
-    let records = RecordStore::new(config.state_dir.clone());
-    let exec = Executor {
-        cni: &cni,
-        records: &records,
-        routes: &NetlinkRoutes,
-    };
-    let sandbox = Sandbox {
-        container_id: a
-            .container_id
-            .clone()
-            .unwrap_or_else(|| container_id_for(&netns)),
-        netns: netns.clone(),
-        cni_args: Vec::new(),
-    };
-    if exec.del(&sandbox, &netns)? {
+    let node = LocalNode::new(&config);
+    let sandbox = sandbox_for(&netns, a.container_id.as_deref());
+    if node.executor().del(&sandbox, &netns)? {
         Ok(())
     } else {
         Err(CniError::new(
@@ -239,7 +247,7 @@ pub fn detach(a: &DetachArgs) -> Result<(), CniError> {
             format!(
                 "nothing is attached to {netns} (no record for container {} in {})",
                 sandbox.container_id,
-                records.dir().display()
+                node.records.dir().display()
             ),
         ))
     }
