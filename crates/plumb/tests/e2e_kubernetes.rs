@@ -242,6 +242,24 @@ fn a_pod_on_three_networks_and_back() {
         "every request authenticated"
     );
 
+    // `plumb status --pod` reads the same annotation back from the cluster, as a table.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["status", "--pod", "default/web", "--kubeconfig"])
+        .arg(c.node.path("kubeconfig"))
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(table.lines().count(), 4, "{table}");
+    assert!(
+        table.contains("other-ns/net-b") && table.contains("mv1"),
+        "{table}"
+    );
+
     ok(&c.call("DEL", &ns, pod, "c3"));
     c.assert_nothing_left(&ns, "c3");
 }
