@@ -151,7 +151,7 @@ impl Executor<'_> {
                 }),
                 Err(e) => {
                     let e = e.context(describe(&a.network, &a.ifname, i, n));
-                    return Err(self.roll_back(sandbox, &record, e));
+                    return Err(self.roll_back(sandbox, &record, i + 1, e));
                 }
             }
         }
@@ -165,15 +165,27 @@ impl Executor<'_> {
                     .set_default_route(Path::new(&sandbox.netns), &a.ifname, gateways)
             {
                 let e = e.context(format!("default-route of network {}", a.network));
-                return Err(self.roll_back(sandbox, &record, e));
+                return Err(self.roll_back(sandbox, &record, n, e));
             }
         }
         Ok(added)
     }
 
-    /// Undoes a failed ADD; the original error, with what the rollback could not undo.
-    fn roll_back(&self, sandbox: &Sandbox, record: &Record, error: CniError) -> CniError {
-        match self.del_record(sandbox, &sandbox.netns, record) {
+    /// Undoes a failed ADD: DEL of the `attempted` first attachments (those after the failure
+    /// never ran). Returns the original error, with what the rollback could not undo; the
+    /// record then stays, naming everything, for the runtime's DEL.
+    fn roll_back(
+        &self,
+        sandbox: &Sandbox,
+        record: &Record,
+        attempted: usize,
+        error: CniError,
+    ) -> CniError {
+        let ran = Record {
+            attachments: record.attachments[..attempted.min(record.attachments.len())].to_vec(),
+            ..record.clone()
+        };
+        match self.del_record(sandbox, &sandbox.netns, &ran) {
             Ok(()) => error,
             Err(rollback) => error.with_details(format!(
                 "rolling back failed too, the attachment record is kept for DEL: {rollback}"

@@ -384,3 +384,42 @@ fn status_and_gc_reach_every_known_network() {
     assert!(!node.record("c-gone").exists());
     assert!(node.record("c-live").exists());
 }
+
+#[test]
+fn attachments_after_a_failure_are_neither_added_nor_deleted() {
+    // multi-net spec §7.2: "attachments that have not yet been performed shall not be
+    // attempted"; the rollback touches only what ran, in reverse.
+    use testkit::fake_plugin::{FakePlugin, sequence};
+    let node = Node::new();
+    let bin = node.path("bin");
+    let _a = FakePlugin::install(&bin, "fake-a");
+    let b = FakePlugin::install(&bin, "fake-b");
+    let c = FakePlugin::install(&bin, "fake-c");
+    b.fail("ADD", 11, "try later");
+    let config = node.config(json!({"binDir": bin, "delegates": [
+        {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
+        {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"},
+        {"cniVersion": "1.0.0", "name": "net-c", "type": "fake-c"}]}));
+    let e = err(&run(&CniCall {
+        command: "ADD",
+        container_id: "c-three",
+        netns: "/var/run/netns/fake",
+        ifname: "eth0",
+        args: "",
+        config: &config,
+    }));
+    assert_eq!(
+        e["code"], 11,
+        "the delegate's code reaches the runtime: {e}"
+    );
+    let order: Vec<String> = sequence(&bin)
+        .into_iter()
+        .map(|(n, c)| format!("{n} {c}"))
+        .collect();
+    assert_eq!(
+        order,
+        ["fake-a ADD", "fake-b ADD", "fake-b DEL", "fake-a DEL"]
+    );
+    assert!(c.calls().is_empty());
+    assert!(!node.record("c-three").exists());
+}
