@@ -172,6 +172,30 @@ impl Planner<'_> {
                      default network always gets the runtime's interface name {ifname:?}"
                 ));
             }
+            // The default network gets the runtime's runtimeConfig (§7.5), not the element's:
+            // say so rather than drop what the pod asked for silently.
+            let ignored: Vec<&str> = [
+                ("ips", !element.ips.is_empty()),
+                ("mac", element.mac.is_some()),
+                ("cni-args", element.cni_args.is_some()),
+                ("portMappings", !element.port_mappings.is_empty()),
+                ("bandwidth", element.bandwidth.is_some()),
+                ("default-route", element.default_route.is_some()),
+                ("infiniband-guid", element.infiniband_guid.is_some()),
+                (
+                    "ipam-claim-reference",
+                    element.ipam_claim_reference.is_some(),
+                ),
+            ]
+            .into_iter()
+            .filter_map(|(k, set)| set.then_some(k))
+            .collect();
+            if !ignored.is_empty() {
+                self.out.warnings.push(format!(
+                    "annotation {DEFAULT_NETWORK_ANNOTATION:?}: keys {ignored:?} are ignored for \
+                     the default network"
+                ));
+            }
             let list = self.nad_list(&r)?;
             self.push(r.to_string(), ifname.to_string(), list);
             return Ok(());

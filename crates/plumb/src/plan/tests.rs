@@ -194,6 +194,29 @@ fn the_default_network_annotation_replaces_the_cluster_network() {
     )
     .unwrap();
     assert_eq!(summary(&p), [s("kube-system/alt", "eth0", true)]);
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+
+    // What the element asks of its attachment does not apply to the default network: warned.
+    let p = plan(
+        &config(json!({})),
+        Some(&pod(
+            "default",
+            &[(
+                DEFAULT_NETWORK_ANNOTATION,
+                r#"[{"name":"alt","mac":"02:00:00:00:00:09"}]"#,
+            )],
+        )),
+        "eth0",
+        &fake,
+    )
+    .unwrap();
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("\"mac\"") && w.contains("ignored")),
+        "{:?}",
+        p.warnings
+    );
 
     let e = plan(
         &config(json!({})),
