@@ -100,19 +100,37 @@ pub fn load_all(dir: &Path) -> Result<(Found, Vec<CniError>), CniError> {
 
 /// The network called `name` in `dir`.
 pub fn load_network(dir: &Path, name: &str) -> Result<NetworkConfigList, CniError> {
+    find_network(dir, name)?.ok_or_else(|| {
+        CniError::new(
+            ErrorCode::InvalidConfig,
+            format!(
+                "no network named {name:?} in CNI configuration directory {}",
+                dir.display()
+            ),
+        )
+    })
+}
+
+/// The network called `name` in `dir`, `Ok(None)` when there is none. Not finding it while some
+/// files could not be read is an error naming them: one of them may be the network meant.
+pub fn find_network(dir: &Path, name: &str) -> Result<Option<NetworkConfigList>, CniError> {
     let (found, broken) = load_all(dir)?;
     if let Some((_, l)) = found.into_iter().find(|(_, l)| l.name == name) {
-        return Ok(l);
+        return Ok(Some(l));
     }
-    let mut msg = format!(
-        "no network named {name:?} in CNI configuration directory {}",
-        dir.display()
-    );
-    if !broken.is_empty() {
-        let why: Vec<String> = broken.iter().map(|e| e.to_string()).collect();
-        msg.push_str(&format!(" (skipped invalid files: {})", why.join("; ")));
+    if broken.is_empty() {
+        return Ok(None);
     }
-    Err(CniError::new(ErrorCode::InvalidConfig, msg))
+    let why: Vec<String> = broken.iter().map(|e| e.to_string()).collect();
+    Err(CniError::new(
+        ErrorCode::InvalidConfig,
+        format!(
+            "no network named {name:?} in CNI configuration directory {} (skipped invalid \
+             files: {})",
+            dir.display(),
+            why.join("; ")
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -178,6 +196,10 @@ mod tests {
         // ... and is named when the network asked for is not found.
         let e = load_network(d.path(), "x").unwrap_err();
         assert!(e.msg.contains("99-bad.conflist"), "{e}");
+        let e = find_network(d.path(), "x").unwrap_err();
+        assert!(e.msg.contains("99-bad.conflist"), "{e}");
+        let clean = tempfile::tempdir().unwrap();
+        assert_eq!(find_network(clean.path(), "x").unwrap(), None);
     }
 
     #[test]

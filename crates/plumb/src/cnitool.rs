@@ -46,12 +46,19 @@ pub struct Args {
 
 /// cnitool's container ID for a netns path.
 pub fn container_id_for(netns_path: &str) -> String {
-    let digest = Sha512::digest(netns_path.as_bytes());
-    let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
-    format!("cnitool-{hex}")
+    derived_container_id("cnitool", netns_path)
 }
 
-fn netns_path(arg: &str) -> Result<String, CniError> {
+/// `<prefix>-` and the first 20 hex digits of the SHA-512 of the namespace path: the same
+/// namespace always gets the same container ID, so a later DEL finds what ADD did.
+pub fn derived_container_id(prefix: &str, netns_path: &str) -> String {
+    let digest = Sha512::digest(netns_path.as_bytes());
+    let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{prefix}-{hex}")
+}
+
+/// A namespace argument as an absolute path: a name is one made by `ip netns add`.
+pub fn netns_path(arg: &str) -> Result<String, CniError> {
     let p = if arg.contains('/') {
         std::path::absolute(Path::new(arg)).map_err(|e| {
             CniError::new(ErrorCode::InvalidEnvironment, format!("netns {arg:?}: {e}"))

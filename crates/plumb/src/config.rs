@@ -366,6 +366,16 @@ impl Config {
     }
 }
 
+impl Config {
+    /// What runs the delegates: plugins from `binDir`, then `cni_path` (Multus's search
+    /// order), the result cache under `cniDir`.
+    pub fn delegates_runner(&self, cni_path: &[PathBuf]) -> cni::runtime::CniConfig {
+        let mut path = vec![self.bin_dir.clone()];
+        path.extend(cni_path.iter().cloned());
+        cni::runtime::CniConfig::new(path, cni::cache::ResultCache::new(self.cni_dir.clone()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

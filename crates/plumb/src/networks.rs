@@ -30,24 +30,7 @@ impl Networks for NodeNetworks<'_> {
         if !self.conf_dir.is_dir() {
             return Ok(None);
         }
-        let (found, broken) = conf_dir::load_all(&self.conf_dir)?;
-        match found.into_iter().find(|(_, l)| l.name == name) {
-            Some((_, l)) => Ok(Some(l)),
-            // Not found, but some files could not be read: one of them may be the one meant.
-            None if !broken.is_empty() => Err(CniError::new(
-                ErrorCode::InvalidConfig,
-                format!(
-                    "no configuration named {name:?} in {}, and some files there are invalid: {}",
-                    self.conf_dir.display(),
-                    broken
-                        .iter()
-                        .map(|e| e.to_string())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-            )),
-            None => Ok(None),
-        }
+        conf_dir::find_network(&self.conf_dir, name)
     }
 
     fn conf_at(&self, path: &Path) -> Result<NetworkConfigList, CniError> {

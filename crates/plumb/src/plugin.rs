@@ -4,9 +4,9 @@
 //! ADD").
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cni::cache::ResultCache;
 use cni::error::{CniError, ErrorCode, ErrorList};
 use cni::request::GcAttachment;
 use cni::runtime::CniConfig;
@@ -45,14 +45,14 @@ pub struct Plumb<'a> {
 /// Everything one call works with, from the configuration and the request.
 struct Call {
     config: Config,
-    log: Log,
+    log: Arc<Log>,
     cni: CniConfig,
     records: RecordStore,
     cni_args: Vec<(String, String)>,
     pod_args: Option<PodArgs>,
     /// Built on first use: DEL from a record never needs the API, and must work when the
-    /// kubeconfig or its token is gone.
-    cluster: std::cell::OnceCell<Option<KubeCluster>>,
+    /// kubeconfig or its token is gone. A kubeconfig that cannot be used is tried once.
+    cluster: std::cell::OnceCell<Result<Option<KubeCluster>, CniError>>,
 }
 
 impl Call {
@@ -62,13 +62,12 @@ impl Call {
         for w in &config.warnings {
             log.verbose(w);
         }
-        // binDir before the runtime's CNI_PATH, as Multus searches.
-        let mut path = vec![config.bin_dir.clone()];
-        path.extend(args.path.iter().cloned());
-        let mut cni = CniConfig::new(path, ResultCache::new(config.cni_dir.clone()));
+        let mut cni = config.delegates_runner(&args.path);
         let cni_args = cni::args::parse(&args.args)?;
         let pod_args = PodArgs::from_args(&cni_args)?;
-        let plugin_log = Log::from_config(&config);
+        // One log (one open log file) for plumb's lines and its delegates' stderr.
+        let log = Arc::new(log);
+        let plugin_log = Arc::clone(&log);
         cni.on_plugin_stderr = Some(Box::new(move |l| {
             plugin_log.debug(&format!(
                 "delegate {} ({}) wrote: {}",
@@ -91,25 +90,24 @@ impl Call {
     /// The API client, when plumb has a kubeconfig. A kubeconfig that cannot be used is an
     /// error the first time the API is needed.
     fn try_cluster(&self) -> Result<Option<&dyn Cluster>, CniError> {
-        if self.cluster.get().is_none() {
-            let start = Instant::now();
-            let built = match &self.config.kubeconfig {
-                Some(k) => Some(KubeCluster::from_kubeconfig(k)?),
-                None => None,
+        let built = self.cluster.get_or_init(|| {
+            let Some(k) = &self.config.kubeconfig else {
+                return Ok(None);
             };
+            let start = Instant::now();
+            let cluster = KubeCluster::from_kubeconfig(k)?;
             if self.log.debug_enabled() {
                 self.log.debug(&format!(
                     "API client from the kubeconfig in {:.1} ms",
                     start.elapsed().as_secs_f64() * 1e3
                 ));
             }
-            let _ = self.cluster.set(built);
+            Ok(Some(cluster))
+        });
+        match built {
+            Ok(c) => Ok(c.as_ref().map(|c| c as &dyn Cluster)),
+            Err(e) => Err(e.clone()),
         }
-        Ok(self
-            .cluster
-            .get()
-            .and_then(Option::as_ref)
-            .map(|c| c as &dyn Cluster))
     }
 
     /// The API client if it could be built (for events and other best-effort uses).

@@ -9,15 +9,14 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use cni::cache::ResultCache;
 use cni::error::{CniError, ErrorCode};
 use cni::request::{self, Extra};
 use cni::runtime::CniConfig;
 use netattach::selection::NETWORKS_ANNOTATION;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha512};
 
 use crate::cluster::KubeCluster;
+use crate::cnitool::{derived_container_id, netns_path};
 use crate::config::Config;
 use crate::execute::{Executor, Sandbox};
 use crate::networks::NodeNetworks;
@@ -86,21 +85,6 @@ pub struct PlanArgs {
     pub source: Source,
 }
 
-fn netns_path(arg: &str) -> String {
-    if arg.contains('/') {
-        arg.to_string()
-    } else {
-        format!("/var/run/netns/{arg}")
-    }
-}
-
-/// `plumb-` and the first 20 hex digits of the SHA-512 of the namespace path.
-fn container_id_for(netns: &str) -> String {
-    let digest = Sha512::digest(netns.as_bytes());
-    let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
-    format!("plumb-{hex}")
-}
-
 fn read_config(path: &Path) -> Result<Config, CniError> {
     let bytes = std::fs::read(path).map_err(|e| {
         CniError::new(
@@ -165,13 +149,11 @@ struct LocalNode {
 
 impl LocalNode {
     fn new(config: &Config) -> LocalNode {
-        // binDir first, then CNI_PATH, as for the runtime's calls.
-        let mut path = vec![config.bin_dir.clone()];
-        path.extend(cni::exec::split_path(
+        let path = cni::exec::split_path(
             &std::env::var("CNI_PATH").unwrap_or_else(|_| "/opt/cni/bin:/usr/lib/cni".into()),
-        ));
+        );
         LocalNode {
-            cni: CniConfig::new(path, ResultCache::new(config.cni_dir.clone())),
+            cni: config.delegates_runner(&path),
             records: RecordStore::new(config.state_dir.clone()),
         }
     }
@@ -191,7 +173,7 @@ fn sandbox_for(netns: &str, container_id: Option<&str>) -> Sandbox {
     Sandbox {
         container_id: container_id
             .map(str::to_string)
-            .unwrap_or_else(|| container_id_for(netns)),
+            .unwrap_or_else(|| derived_container_id("plumb", netns)),
         netns: netns.to_string(),
         cni_args: vec![("IgnoreUnknown".into(), "true".into())],
     }
@@ -201,7 +183,7 @@ fn sandbox_for(netns: &str, container_id: Option<&str>) -> Sandbox {
 pub fn attach(a: &AttachArgs, out: &mut dyn Write) -> Result<(), CniError> {
     let config = read_config(&a.source.config)?;
     let store = Store::open(&config, &a.source)?;
-    let netns = netns_path(&a.netns);
+    let netns = netns_path(&a.netns)?;
     let pod = match &a.pod {
         Some(file) => read_pod(file)?,
         None => Pod {
@@ -236,7 +218,7 @@ pub fn attach(a: &AttachArgs, out: &mut dyn Write) -> Result<(), CniError> {
 /// `plumb detach`: undoes what `plumb attach` recorded.
 pub fn detach(a: &DetachArgs) -> Result<(), CniError> {
     let config = read_config(&a.config)?;
-    let netns = netns_path(&a.netns);
+    let netns = netns_path(&a.netns)?;
     let node = LocalNode::new(&config);
     let sandbox = sandbox_for(&netns, a.container_id.as_deref());
     if node.executor().del(&sandbox, &netns)? {

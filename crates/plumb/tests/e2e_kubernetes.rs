@@ -23,8 +23,6 @@ struct Cluster {
     config: Value,
     token_file: std::path::PathBuf,
     _links: Vec<Link>,
-    /// The second octet of this test's subnets: 10.<net>.N.0/24.
-    net: u8,
 }
 
 /// A bridge + host-local NAD; `default_route` makes the pod's default route point at it, as a
@@ -105,7 +103,6 @@ impl Cluster {
             config,
             token_file,
             _links: vec![Link::adopt(&b0), Link::adopt(&b1), parent_link],
-            net,
         }
     }
 
@@ -479,7 +476,6 @@ fn system_namespace_pods_get_no_status_write() {
     assert!(c.status_of("kube-system", "sys").is_none());
     ok(&c.call("DEL", &ns, pod, "csys"));
     c.assert_nothing_left(&ns, "csys");
-    let _ = c.net;
 }
 
 #[test]
@@ -631,4 +627,28 @@ fn del_without_a_record_plans_from_the_api() {
     fs::remove_file(c.node.record("cnorec")).unwrap();
     ok(&c.call("DEL", &ns, pod, "cnorec"));
     c.assert_nothing_left(&ns, "cnorec");
+}
+
+#[test]
+fn a_status_write_that_keeps_failing_undoes_the_attachments() {
+    // A pod must not run without its network-status: the ADD fails, everything is undone, and
+    // the runtime retries later.
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(219);
+    let uid = c.pod("default", "nostatus", json!({NETWORKS: "net-a"}));
+    c.api.add_fault(
+        Fault::new(FaultKind::Status(500, "InternalError".into()))
+            .method("PATCH")
+            .path("/api/v1/namespaces/default/pods/nostatus/status"),
+    );
+    let ns = Netns::new();
+    let e = err(&c.call("ADD", &ns, ("default", "nostatus", &uid), "cnostatus"));
+    assert_eq!(e["code"], 11, "{e}");
+    assert!(e["msg"].as_str().unwrap().contains("network-status"), "{e}");
+    c.assert_nothing_left(&ns, "cnostatus");
+    c.api.clear_faults();
+    ok(&c.call("ADD", &ns, ("default", "nostatus", &uid), "cnostatus"));
+    assert_eq!(c.status_of("default", "nostatus").unwrap().len(), 2);
+    ok(&c.call("DEL", &ns, ("default", "nostatus", &uid), "cnostatus"));
+    c.assert_nothing_left(&ns, "cnostatus");
 }
