@@ -206,6 +206,31 @@ pub fn apply_cni_args(
     }
     // Keep the list's own view consistent: a single config's list holds its one plugin; a
     // conflist's `plugins` holds them all.
+    Ok(rebuilt(out))
+}
+
+/// The config key Multus sets to the device ID in every plugin of a device-backed network
+/// (multus-reference.md §2.9), next to `deviceID`: SR-IOV-style plugins read one or the other.
+pub const PCI_BUS_ID_KEY: &str = "pciBusID";
+
+/// The list with `deviceID` and `pciBusID` set to `device_id` in every plugin's configuration
+/// (multus-reference.md §2.9: delegates that do not declare the `deviceID` capability read the
+/// device from their configuration). A value the NAD already had is replaced: the kubelet's
+/// allocation is what the pod owns.
+pub fn set_device_id(list: &NetworkConfigList, device_id: &str) -> NetworkConfigList {
+    let mut out = list.clone();
+    for plugin in &mut out.plugins {
+        for key in [capability::DEVICE_ID, PCI_BUS_ID_KEY] {
+            plugin
+                .raw
+                .insert(key.into(), Value::String(device_id.to_string()));
+        }
+    }
+    rebuilt(out)
+}
+
+/// `raw` and `bytes` of a list made again from its plugins, after they were changed.
+fn rebuilt(mut out: NetworkConfigList) -> NetworkConfigList {
     let plugins: Vec<Value> = out
         .plugins
         .iter()
@@ -213,7 +238,7 @@ pub fn apply_cni_args(
         .collect();
     out.raw.insert("plugins".into(), Value::Array(plugins));
     out.bytes = serde_json::to_vec(&out.raw).unwrap_or_default();
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
@@ -341,5 +366,23 @@ mod tests {
                 )
             );
         }
+    }
+
+    #[test]
+    fn the_device_id_goes_into_every_plugin_as_both_keys() {
+        let l = list(json!({"cniVersion": "1.0.0", "name": "n", "plugins": [
+            {"type": "sriov", "deviceID": "0000:00:00.0", "vlan": 5},
+            {"type": "tuning"}
+        ]}));
+        let out = set_device_id(&l, "0000:18:02.5");
+        for p in &out.plugins {
+            assert_eq!(p.raw["deviceID"], json!("0000:18:02.5"));
+            assert_eq!(p.raw["pciBusID"], json!("0000:18:02.5"));
+        }
+        assert_eq!(out.plugins[0].raw["vlan"], json!(5));
+        let bytes: Value = serde_json::from_slice(&out.bytes).unwrap();
+        assert_eq!(bytes["plugins"][1]["deviceID"], json!("0000:18:02.5"));
+        // The input is untouched.
+        assert_eq!(l.plugins[0].raw["deviceID"], json!("0000:00:00.0"));
     }
 }

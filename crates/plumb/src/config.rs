@@ -20,6 +20,8 @@ pub const DEFAULT_CNI_DIR: &str = "/var/lib/cni";
 pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
 /// Where plumb keeps its attachment records (DESIGN.md "Paths").
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/plumb";
+/// The kubelet's PodResources socket (DESIGN.md "Paths").
+pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 /// `logLevel`, Multus's levels (multus-reference.md §2.15), least verbose first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -69,6 +71,12 @@ pub struct Config {
     /// `plumbAttachmentEvents`: a `Normal AddedInterface` event on the pod for each attachment
     /// (failures always get a `Warning` event).
     pub attachment_events: bool,
+    /// `plumbPodResourcesSocket`: the kubelet's PodResources API, asked which devices of a
+    /// NAD's `resourceName` the pod was given (multus-reference.md §2.9).
+    pub pod_resources_socket: PathBuf,
+    /// `plumbDeviceInfoDir`: the base of the device-info files (device-info spec §4), with
+    /// `dp/` and `cni/` under it.
+    pub device_info_dir: PathBuf,
     /// Warnings for the caller to log: keys accepted but without effect.
     pub warnings: Vec<String>,
 }
@@ -219,6 +227,8 @@ const KNOWN: &[&str] = &[
     "plumbStateDir",
     "plumbAttachmentEvents",
     "plumbNadDir",
+    "plumbPodResourcesSocket",
+    "plumbDeviceInfoDir",
 ];
 
 impl Config {
@@ -361,6 +371,12 @@ impl Config {
             state_dir: r.path("plumbStateDir", DEFAULT_STATE_DIR)?,
             attachment_events: r.bool("plumbAttachmentEvents", false)?,
             nad_dir: r.string("plumbNadDir")?.map(PathBuf::from),
+            pod_resources_socket: r
+                .path("plumbPodResourcesSocket", DEFAULT_POD_RESOURCES_SOCKET)?,
+            device_info_dir: r.path(
+                "plumbDeviceInfoDir",
+                netattach::device_info_files::DEFAULT_BASE_DIR,
+            )?,
             warnings,
         })
     }

@@ -5,6 +5,9 @@
 //! - ADD stops at the first failure (§7.2 "attachments that have not yet been performed shall
 //!   not be attempted") and rolls back what it did, in reverse, before returning the error; the
 //!   record is kept if the rollback itself failed, so the runtime's DEL finishes the job.
+//! - An attachment with a device gets its device-info file (device-info spec §4.2): the device
+//!   plugin's file copied there before its ADD, read back after it for the network-status, and
+//!   deleted by DEL (the record names it, so DEL needs no kubelet).
 //! - DEL works from the record alone (no pod, NAD or API server needed), in reverse, keeps
 //!   going past failures and reports every one of them; the record goes last, and only when
 //!   everything was undone.
@@ -15,8 +18,12 @@ use std::path::Path;
 use cni::error::{CniError, ErrorList};
 use cni::runtime::{CniConfig, RuntimeConf};
 use cni::{CniResult, NetworkConfigList};
+use netattach::device_info::DeviceInfo;
+use netattach::device_info_files::DeviceInfoDirs;
+use netattach::runtime_config::capability;
 use serde_json::Value;
 
+use crate::devices::{copy_device_plugin_file, device_info_path};
 use crate::plan::{Attachment, Pod};
 use crate::record::{RECORD_VERSION, Record, RecordStore, RecordedAttachment};
 
@@ -45,6 +52,10 @@ pub struct Sandbox {
 pub struct Added {
     pub attachment: Attachment,
     pub result: CniResult,
+    /// What the attachment's device-info file held after ADD (multi-net spec §5.3.7).
+    pub device_info: Option<DeviceInfo>,
+    /// What the caller should log: the attachment worked, but something about it did not.
+    pub warnings: Vec<String>,
 }
 
 /// Runs delegates and keeps records.
@@ -52,6 +63,8 @@ pub struct Executor<'a> {
     pub cni: &'a CniConfig,
     pub records: &'a RecordStore,
     pub routes: &'a dyn DefaultRoutes,
+    /// Where device-info files are.
+    pub device_info: &'a DeviceInfoDirs,
 }
 
 fn runtime_conf(sandbox: &Sandbox, netns: &str, a: &RecordedAttachment) -> RuntimeConf {
@@ -81,14 +94,31 @@ fn list_json(list: &NetworkConfigList) -> Value {
     Value::Object(raw)
 }
 
-fn recorded(a: &Attachment) -> RecordedAttachment {
+/// What the record keeps of an attachment of sandbox `container_id`: with a device, its
+/// device-info file too, which is also offered to the plugins as `CNIDeviceInfoFile`
+/// (device-info spec §5.1).
+fn recorded(a: &Attachment, container_id: &str, dirs: &DeviceInfoDirs) -> RecordedAttachment {
+    let device_info_file = device_info_path(
+        dirs,
+        a.device.as_ref(),
+        &a.network,
+        container_id,
+        &a.ifname,
+    );
+    let mut capability_args = a.capability_args.clone();
+    if let Some(path) = &device_info_file {
+        capability_args.insert(
+            capability::CNI_DEVICE_INFO_FILE.into(),
+            Value::String(path.to_string_lossy().into_owned()),
+        );
+    }
     RecordedAttachment {
         network: a.network.clone(),
         ifname: a.ifname.clone(),
         config: list_json(&a.list),
-        capability_args: a.capability_args.clone(),
+        capability_args,
         default: a.is_default,
-        device_info_file: None,
+        device_info_file,
     }
 }
 
@@ -137,18 +167,42 @@ impl Executor<'_> {
             pod_name: pod.map(|p| p.name.clone()).unwrap_or_default(),
             pod_uid: pod.map(|p| p.uid.clone()).unwrap_or_default(),
             cni_args: sandbox.cni_args.clone(),
-            attachments: attachments.iter().map(recorded).collect(),
+            attachments: self.recorded(&sandbox.container_id, attachments),
         };
         self.records.save(&record)?;
         let n = attachments.len();
         let mut added = Vec::with_capacity(n);
         for (i, a) in attachments.iter().enumerate() {
-            let rt = runtime_conf(sandbox, &sandbox.netns, &record.attachments[i]);
+            let r = &record.attachments[i];
+            if let (Some(device), Some(file)) = (&a.device, &r.device_info_file)
+                && let Err(e) = copy_device_plugin_file(self.device_info, device, file)
+            {
+                // Nothing of this attachment ran yet: only those before it are undone.
+                let e = e.context(describe(&a.network, &a.ifname, i, n));
+                return Err(self.roll_back(sandbox, &record, i, e));
+            }
+            let rt = runtime_conf(sandbox, &sandbox.netns, r);
             match self.cni.add_network_list(&a.list, &rt) {
-                Ok(result) => added.push(Added {
-                    attachment: a.clone(),
-                    result,
-                }),
+                Ok(result) => {
+                    let mut warnings = Vec::new();
+                    let device_info = r.device_info_file.as_deref().and_then(|path| {
+                        netattach::device_info_files::read(path)
+                            .inspect_err(|e| {
+                                warnings.push(format!(
+                                    "{}: device-info left out of the network-status: {e}",
+                                    describe(&a.network, &a.ifname, i, n)
+                                ))
+                            })
+                            .ok()
+                            .flatten()
+                    });
+                    added.push(Added {
+                        attachment: a.clone(),
+                        result,
+                        device_info,
+                        warnings,
+                    });
+                }
                 Err(e) => {
                     let e = e.context(describe(&a.network, &a.ifname, i, n));
                     return Err(self.roll_back(sandbox, &record, i + 1, e));
@@ -232,9 +286,16 @@ impl Executor<'_> {
             pod_name: String::new(),
             pod_uid: String::new(),
             cni_args: sandbox.cni_args.clone(),
-            attachments: attachments.iter().map(recorded).collect(),
+            attachments: self.recorded(&sandbox.container_id, attachments),
         };
         self.del_record(sandbox, netns, &record)
+    }
+
+    fn recorded(&self, container_id: &str, attachments: &[Attachment]) -> Vec<RecordedAttachment> {
+        attachments
+            .iter()
+            .map(|a| recorded(a, container_id, self.device_info))
+            .collect()
     }
 
     fn del_record(&self, sandbox: &Sandbox, netns: &str, record: &Record) -> Result<(), CniError> {

@@ -9,6 +9,8 @@
 //! - [`plan`]: a pod's ordered attachments, computed without side effects.
 //! - [`execute`]: ADD, DEL and CHECK of those attachments, with the records.
 //! - [`cluster`]: the Kubernetes API as plumb uses it (kube-rs behind a trait).
+//! - [`pod_resources`]: the kubelet's PodResources API (gRPC behind a trait): a pod's devices.
+//! - [`devices`]: the devices of device-backed networks and their device-info files.
 //! - [`networks`]: where a node finds delegate configurations (NADs, files).
 //! - [`objects`]: Kubernetes objects (NADs, pods) from YAML/JSON files, for use without a cluster.
 //! - [`plugin`]: plumb as the runtime's CNI plugin.
@@ -20,6 +22,7 @@
 pub mod cluster;
 pub mod cnitool;
 pub mod config;
+pub mod devices;
 pub mod execute;
 pub mod log;
 pub mod networks;
@@ -27,6 +30,7 @@ pub mod objects;
 pub mod plan;
 pub mod plugin;
 pub mod pod_args;
+pub mod pod_resources;
 pub mod record;
 pub mod routes;
 pub mod standalone;

@@ -10,7 +10,9 @@
 //!
 //! Every check that can fail is made here, before anything runs (DESIGN.md practice 7): an
 //! invalid annotation, a NAD that is missing or not allowed (§7.4), a capability no plugin
-//! declares (§4.1.2.1.3.2), an interface name used twice (§4.1.2.1.5).
+//! declares (§4.1.2.1.3.2), an interface name used twice (§4.1.2.1.5), a device-backed NAD
+//! (`k8s.v1.cni.cncf.io/resourceName`) without a device of its own for the pod
+//! (multus-reference.md §2.9).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -19,7 +21,9 @@ use std::path::Path;
 use cni::NetworkConfigList;
 use cni::error::{CniError, ErrorCode};
 use netattach::nad::NadConfig;
-use netattach::runtime_config::{apply_cni_args, capability_args, check_capabilities};
+use netattach::runtime_config::{
+    apply_cni_args, capability, capability_args, check_capabilities, set_device_id,
+};
 use netattach::selection::{self, NETWORKS_ANNOTATION, NetworkSelectionElement};
 use netattach::{NetworkAttachmentDefinition, NetworkRef};
 use serde_json::{Map, Value};
@@ -65,6 +69,23 @@ impl<T: Networks + ?Sized> Networks for &T {
     }
 }
 
+/// Which devices the pod was given (the kubelet's PodResources API in production).
+pub trait Devices {
+    /// The IDs of the devices of `resource` allocated to `pod`, in the order attachments take
+    /// them. None allocated is an empty list, not an error.
+    fn allocated(&self, pod: &Pod, resource: &str) -> Result<Vec<String>, CniError>;
+}
+
+/// The device an attachment uses (device-info spec; multus-reference.md §2.9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Device {
+    /// The device ID (for SR-IOV, the VF's PCI address).
+    pub id: String,
+    /// The device-plugin resource it was allocated from (the NAD's `resourceName`); `None` when
+    /// the selection element named the device itself (Multus's `deviceID` key).
+    pub resource: Option<String>,
+}
+
 /// One attachment, ready to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attachment {
@@ -82,6 +103,8 @@ pub struct Attachment {
     pub is_default: bool,
     /// The element's `default-route` gateways (§4.1.2.1.9), when it had the key.
     pub default_route: Option<Vec<IpAddr>>,
+    /// Its device, when the network is device-backed or the element names one.
+    pub device: Option<Device>,
 }
 
 /// The ordered attachments, and what the caller should log.
@@ -97,16 +120,22 @@ fn invalid(msg: String) -> CniError {
 
 /// Plans the attachments of `pod` (`None` without Kubernetes: the default network and the
 /// configured extra networks only) for a request whose runtime interface name is `ifname`.
+///
+/// `devices` gives device-backed networks their devices. Without it (DEL without a record,
+/// GC, STATUS, a plan shown offline) they are planned without one, and a warning says so.
 pub fn plan(
     config: &Config,
     pod: Option<&Pod>,
     ifname: &str,
     networks: &dyn Networks,
+    devices: Option<&dyn Devices>,
 ) -> Result<Plan, CniError> {
     let mut p = Planner {
         config,
         pod,
         networks,
+        devices,
+        taken: BTreeMap::new(),
         out: Plan::default(),
     };
     p.default_network(ifname)?;
@@ -122,7 +151,17 @@ struct Planner<'a> {
     config: &'a Config,
     pod: Option<&'a Pod>,
     networks: &'a dyn Networks,
+    devices: Option<&'a dyn Devices>,
+    /// Per resource: the devices allocated to the pod, and how many attachments took one.
+    taken: BTreeMap<String, (Vec<String>, Vec<String>)>,
     out: Plan,
+}
+
+/// A network's configuration and, when it is device-backed, its device.
+struct Resolved {
+    network: String,
+    list: NetworkConfigList,
+    device: Option<Device>,
 }
 
 impl Planner<'_> {
@@ -132,21 +171,26 @@ impl Planner<'_> {
         format!("net{}", self.out.attachments.len())
     }
 
-    fn push(&mut self, network: String, ifname: String, list: NetworkConfigList) {
+    /// A configured network (the default network, an inline delegate, `defaultNetworks`).
+    fn push(&mut self, r: Resolved, ifname: String) {
         let is_default = self.out.attachments.is_empty();
         // multi-net spec §7.5: the runtime's runtimeConfig goes to the default network only.
-        let capability_args = if is_default {
+        let mut capability_args = if is_default {
             self.config.runtime_config.clone()
         } else {
             Map::new()
         };
+        if let Some(d) = &r.device {
+            capability_args.insert(capability::DEVICE_ID.into(), Value::String(d.id.clone()));
+        }
         self.out.attachments.push(Attachment {
-            network,
+            network: r.network,
             ifname,
-            list,
+            list: r.list,
             capability_args,
             is_default,
             default_route: None,
+            device: r.device,
         });
     }
 
@@ -196,20 +240,20 @@ impl Planner<'_> {
                      the default network"
                 ));
             }
-            let list = self.nad_list(&r)?;
-            self.push(r.to_string(), ifname.to_string(), list);
+            let resolved = self.nad_network(&r)?;
+            self.push(resolved, ifname.to_string());
             return Ok(());
         }
         if let Some(cluster) = &self.config.cluster_network {
-            let (network, list) = self.resolve_configured(cluster, "clusterNetwork")?;
-            self.push(network, ifname.to_string(), list);
+            let resolved = self.resolve_configured(cluster, "clusterNetwork")?;
+            self.push(resolved, ifname.to_string());
             return Ok(());
         }
         let first = self.config.delegates.first().ok_or_else(|| {
             invalid("plumb configuration gives no cluster-wide default network".into())
         })?;
         let list = inline_delegate(first, 0)?;
-        self.push(list.name.clone(), ifname.to_string(), list);
+        self.push(Resolved::file(list), ifname.to_string());
         Ok(())
     }
 
@@ -220,7 +264,7 @@ impl Planner<'_> {
             for (i, d) in self.config.delegates.iter().enumerate().skip(1) {
                 let list = inline_delegate(d, i)?;
                 let ifname = self.next_ifname();
-                self.push(list.name.clone(), ifname, list);
+                self.push(Resolved::file(list), ifname);
             }
         }
         if let Some(pod) = self.pod
@@ -229,9 +273,9 @@ impl Planner<'_> {
             return Ok(());
         }
         for name in self.config.default_networks.clone() {
-            let (network, list) = self.resolve_configured(&name, "defaultNetworks")?;
+            let resolved = self.resolve_configured(&name, "defaultNetworks")?;
             let ifname = self.next_ifname();
-            self.push(network, ifname, list);
+            self.push(resolved, ifname);
         }
         Ok(())
     }
@@ -247,8 +291,11 @@ impl Planner<'_> {
         for element in &elements {
             let r = element.network_ref(&pod.namespace);
             self.check_isolation(pod, &r, NETWORKS_ANNOTATION)?;
-            let list = self.nad_list(&r)?;
-            let network = r.to_string();
+            let Resolved {
+                network,
+                list,
+                device,
+            } = self.nad_network(&r)?;
             check_capabilities(&network, &list, element)?;
             let list = apply_cni_args(&network, &list, &element_cni_args(element))?;
             let ifname = element
@@ -263,13 +310,22 @@ impl Planner<'_> {
                      specification and are ignored"
                 ));
             }
+            // The resource's device wins over one the element names (as in Multus).
+            let device = device.or_else(|| {
+                element.device_id.clone().map(|id| Device { id, resource: None })
+            });
             self.out.attachments.push(Attachment {
                 network,
                 ifname,
                 list,
-                capability_args: capability_args(element, None, None),
+                capability_args: capability_args(
+                    element,
+                    device.as_ref().map(|d| d.id.as_str()),
+                    None,
+                ),
                 is_default: false,
                 default_route: element.default_route.clone(),
+                device,
             });
         }
         Ok(())
@@ -294,7 +350,7 @@ impl Planner<'_> {
 
     /// The configuration of NAD `r` (multi-net spec §3.4.1): `spec.config`, else a file on
     /// disk named like it, else the request fails.
-    fn nad_list(&self, r: &NetworkRef) -> Result<NetworkConfigList, CniError> {
+    fn nad_network(&mut self, r: &NetworkRef) -> Result<Resolved, CniError> {
         let nad = self.networks.nad(r)?.ok_or_else(|| {
             invalid(format!(
                 "network-attachment-definition {r} not found{}",
@@ -307,61 +363,118 @@ impl Planner<'_> {
     }
 
     fn nad_config(
-        &self,
+        &mut self,
         r: &NetworkRef,
         nad: &NetworkAttachmentDefinition,
-    ) -> Result<NetworkConfigList, CniError> {
-        // Device-backed networks need the kubelet's device allocation, which this version does
-        // not read yet: refuse clearly rather than run an SR-IOV delegate without its device.
-        if let Some(resource) = nad.resource_name() {
-            return Err(CniError::new(
-                ErrorCode::UnsupportedField,
-                format!(
-                    "network-attachment-definition {r} needs a device of resource {resource:?} \
-                     (annotation {:?}); device allocation is not supported by this version of \
-                     plumb",
-                    netattach::nad::RESOURCE_NAME_ANNOTATION
-                ),
-            ));
-        }
-        match nad.cni_config()? {
-            NadConfig::Inline(list) => Ok(list),
+    ) -> Result<Resolved, CniError> {
+        let list = match nad.cni_config()? {
+            NadConfig::Inline(list) => list,
             NadConfig::OnDisk { name } => self.networks.conf_by_name(&name)?.ok_or_else(|| {
                 invalid(format!(
                     "network-attachment-definition {r} has no spec.config and no configuration \
                      file named {name:?} is in {}",
                     self.config.conf_dir.display()
                 ))
-            }),
+            })?,
+        };
+        let device = match nad.resource_name() {
+            Some(resource) => self.take_device(r, resource)?,
+            None => None,
+        };
+        let list = match &device {
+            Some(d) => set_device_id(&list, &d.id),
+            None => list,
+        };
+        Ok(Resolved {
+            network: r.to_string(),
+            list,
+            device,
+        })
+    }
+
+    /// The next device of `resource` not yet taken by an earlier attachment of this pod
+    /// (multus-reference.md §2.9: each attachment of a resource gets its own device, in plan
+    /// order). Too few devices fails the request, naming the resource and what was allocated.
+    fn take_device(&mut self, r: &NetworkRef, resource: &str) -> Result<Option<Device>, CniError> {
+        let (Some(devices), Some(pod)) = (self.devices, self.pod) else {
+            self.out.warnings.push(format!(
+                "network-attachment-definition {r} is backed by resource {resource:?}, but no \
+                 device allocation is known here: it is planned without a device"
+            ));
+            return Ok(None);
+        };
+        if !self.taken.contains_key(resource) {
+            let allocated = devices.allocated(pod, resource).map_err(|e| {
+                e.context(format!(
+                    "the devices of resource {resource:?} (network-attachment-definition {r})"
+                ))
+            })?;
+            self.taken
+                .insert(resource.to_string(), (allocated, Vec::new()));
         }
+        let (allocated, users) = self.taken.get_mut(resource).expect("inserted above");
+        users.push(r.to_string());
+        let Some(id) = allocated.get(users.len() - 1) else {
+            return Err(invalid(format!(
+                "pod {}/{} has {} attachment(s) of device resource {resource:?} ({}) but the \
+                 kubelet allocated {} device(s) of it to the pod{}: each attachment needs its own \
+                 device, so request {resource:?} in a container's resources (limits) once per \
+                 attachment",
+                pod.namespace,
+                pod.name,
+                users.len(),
+                users.join(", "),
+                allocated.len(),
+                if allocated.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", allocated.join(", "))
+                }
+            )));
+        };
+        Ok(Some(Device {
+            id: id.clone(),
+            resource: Some(resource.to_string()),
+        }))
     }
 
     /// `clusterNetwork` or a `defaultNetworks` entry (multus-reference §1.1): a name is a NAD
     /// in `multusNamespace`, else a configuration file in `confDir`; a value with `/` is a path.
     fn resolve_configured(
-        &self,
+        &mut self,
         value: &str,
         key: &str,
-    ) -> Result<(String, NetworkConfigList), CniError> {
+    ) -> Result<Resolved, CniError> {
         if value.contains('/') {
             let list = self
                 .networks
                 .conf_at(Path::new(value))
                 .map_err(|e| e.context(format!("plumb configuration {key:?}")))?;
-            return Ok((list.name.clone(), list));
+            return Ok(Resolved::file(list));
         }
         let r = NetworkRef::new(self.config.multus_namespace.clone(), value);
         if let Some(nad) = self.networks.nad(&r)? {
-            return Ok((r.to_string(), self.nad_config(&r, &nad)?));
+            return self.nad_config(&r, &nad);
         }
         match self.networks.conf_by_name(value)? {
-            Some(list) => Ok((list.name.clone(), list)),
+            Some(list) => Ok(Resolved::file(list)),
             None => Err(invalid(format!(
                 "plumb configuration {key:?}: {value:?} is neither a \
                  network-attachment-definition in namespace {:?} nor a configuration in {}",
                 self.config.multus_namespace,
                 self.config.conf_dir.display()
             ))),
+        }
+    }
+}
+
+impl Resolved {
+    /// A configuration file or inline delegate: named by its `name`, no device.
+    fn file(list: NetworkConfigList) -> Resolved {
+        Resolved {
+            network: list.name.clone(),
+            list,
+            device: None,
         }
     }
 }

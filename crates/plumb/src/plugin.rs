@@ -13,16 +13,19 @@ use cni::runtime::CniConfig;
 use cni::skel::{CmdArgs, Plugin};
 use cni::version::SUPPORTED;
 use cni::{CniResult, NetworkConfigList, Version};
+use netattach::device_info_files::DeviceInfoDirs;
 use netattach::status::{self, StatusInput};
 use serde_json::Value;
 
 use crate::cluster::{Cluster, KubeCluster, annotations_from};
 use crate::config::Config;
+use crate::devices::KubeletDevices;
 use crate::execute::{Added, DefaultRoutes, Executor, Sandbox};
 use crate::log::Log;
 use crate::networks::NodeNetworks;
-use crate::plan::{self, Plan, Pod};
+use crate::plan::{self, Devices, Plan, Pod};
 use crate::pod_args::PodArgs;
+use crate::pod_resources::KubeletPodResources;
 use crate::record::RecordStore;
 
 /// The runtime's capability for handing a plugin the pod's annotations (containerd and CRI-O
@@ -48,6 +51,9 @@ struct Call {
     log: Arc<Log>,
     cni: CniConfig,
     records: RecordStore,
+    device_info: DeviceInfoDirs,
+    /// The kubelet, asked only when a network needs a device (no connection before that).
+    kubelet: KubeletPodResources,
     cni_args: Vec<(String, String)>,
     pod_args: Option<PodArgs>,
     /// Built on first use: DEL from a record never needs the API, and must work when the
@@ -78,6 +84,8 @@ impl Call {
         }));
         Ok(Call {
             records: RecordStore::new(config.state_dir.clone()),
+            device_info: DeviceInfoDirs::new(config.device_info_dir.clone()),
+            kubelet: KubeletPodResources::new(config.pod_resources_socket.clone()),
             config,
             log,
             cni,
@@ -201,8 +209,13 @@ impl Call {
         Ok(Some(pod))
     }
 
-    fn plan(&self, pod: Option<&Pod>, ifname: &str) -> Result<Plan, CniError> {
-        let plan = plan::plan(&self.config, pod, ifname, &*self.networks()?)?;
+    fn plan(
+        &self,
+        pod: Option<&Pod>,
+        ifname: &str,
+        devices: Option<&dyn Devices>,
+    ) -> Result<Plan, CniError> {
+        let plan = plan::plan(&self.config, pod, ifname, &*self.networks()?, devices)?;
         for w in &plan.warnings {
             self.log.verbose(w);
         }
@@ -259,7 +272,7 @@ pub fn network_status(added: &[Added]) -> String {
                 ifname: &a.attachment.ifname,
                 is_default: a.attachment.is_default,
                 default_route: a.attachment.default_route.as_deref(),
-                device_info: None,
+                device_info: a.device_info.as_ref(),
             })
         })
         .collect();
@@ -272,6 +285,7 @@ impl Plumb<'_> {
             cni: &call.cni,
             records: &call.records,
             routes: self.routes,
+            device_info: &call.device_info,
         }
     }
 
@@ -286,7 +300,10 @@ impl Plumb<'_> {
                 format!("pod {pa} not found in the Kubernetes API; nothing was attached"),
             ));
         }
-        let plan = call.plan(pod.as_ref(), &args.ifname).inspect_err(|e| {
+        let devices = KubeletDevices::new(&call.kubelet);
+        let plan = call
+            .plan(pod.as_ref(), &args.ifname, Some(&devices))
+            .inspect_err(|e| {
             call.warn_pod(pod.as_ref(), "NoNetworkFound", e);
         })?;
         let t_plan = start.elapsed();
@@ -296,6 +313,9 @@ impl Plumb<'_> {
             .add(&sandbox, pod.as_ref(), &plan.attachments)
             .inspect_err(|e| call.warn_pod(pod.as_ref(), "AttachFailed", e))?;
         for a in &added {
+            for w in &a.warnings {
+                call.log.error(w);
+            }
             call.log.verbose(&format!(
                 "{}: added {} on {}",
                 who(&call.pod_args, &args.container_id),
@@ -384,12 +404,15 @@ impl Plumb<'_> {
             ));
             return Ok(());
         }
-        let plan = match call.plan(pod.as_ref(), &args.ifname) {
+        // Without devices: the kubelet may have forgotten a pod that is going away, and
+        // SR-IOV-style plugins undo a DEL from their own cache, not from the device ID.
+        let plan = match call.plan(pod.as_ref(), &args.ifname, None) {
             Ok(p) => p,
             // The same error failed ADD before anything ran: there is nothing to undo.
             Err(e) => {
                 call.log.verbose(&format!(
-                    "{}: no attachment record and the pod's networks cannot be planned ({e});                      nothing to delete",
+                    "{}: no attachment record and the pod's networks cannot be planned ({e}); \
+                     nothing to delete",
                     who(&call.pod_args, &args.container_id)
                 ));
                 return Ok(());
@@ -403,7 +426,7 @@ impl Plumb<'_> {
     /// plugins would collect its garbage cannot be told.
     fn known_networks(&self, call: &Call) -> Result<Vec<NetworkConfigList>, CniError> {
         let mut lists: Vec<NetworkConfigList> = call
-            .plan(None, "eth0")?
+            .plan(None, "eth0", None)?
             .attachments
             .into_iter()
             .map(|a| a.list)

@@ -145,6 +145,7 @@ fn read_pod(file: &Path) -> Result<Pod, CniError> {
 struct LocalNode {
     cni: CniConfig,
     records: RecordStore,
+    device_info: netattach::device_info_files::DeviceInfoDirs,
 }
 
 impl LocalNode {
@@ -155,6 +156,9 @@ impl LocalNode {
         LocalNode {
             cni: config.delegates_runner(&path),
             records: RecordStore::new(config.state_dir.clone()),
+            device_info: netattach::device_info_files::DeviceInfoDirs::new(
+                config.device_info_dir.clone(),
+            ),
         }
     }
 
@@ -163,6 +167,7 @@ impl LocalNode {
             cni: &self.cni,
             records: &self.records,
             routes: &NetlinkRoutes,
+            device_info: &self.device_info,
         }
     }
 }
@@ -196,7 +201,7 @@ pub fn attach(a: &AttachArgs, out: &mut dyn Write) -> Result<(), CniError> {
             )]),
         },
     };
-    let plan = plan::plan(&config, Some(&pod), "eth0", &*store.networks())?;
+    let plan = plan::plan(&config, Some(&pod), "eth0", &*store.networks(), None)?;
     for w in &plan.warnings {
         eprintln!("plumb attach: warning: {w}");
     }
@@ -261,6 +266,7 @@ pub fn plan_json(plan: &Plan) -> Result<Value, CniError> {
             "interface": a.ifname,
             "default": a.is_default,
             "default-route": a.default_route,
+            "device": a.device.as_ref().map(|d| json!({"id": d.id, "resource": d.resource})),
             "plugins": plugins,
         }));
     }
@@ -272,7 +278,7 @@ pub fn plan(a: &PlanArgs, out: &mut dyn Write) -> Result<(), CniError> {
     let config = read_config(&a.source.config)?;
     let store = Store::open(&config, &a.source)?;
     let pod = read_pod(&a.pod)?;
-    let plan = plan::plan(&config, Some(&pod), &a.ifname, &*store.networks())
+    let plan = plan::plan(&config, Some(&pod), &a.ifname, &*store.networks(), None)
         .map_err(|e| e.context(format!("pod {}/{}", pod.namespace, pod.name)))?;
     let text = serde_json::to_string_pretty(&plan_json(&plan)?).unwrap_or_default();
     writeln!(out, "{text}").map_err(|e| CniError::new(ErrorCode::Io, e.to_string()))

@@ -101,7 +101,7 @@ fn the_issue_example_default_then_each_element_in_order() {
         "default",
         &[(NETWORKS_ANNOTATION, "net-a,other-ns/net-b@mv1")],
     );
-    let p = plan(&config(json!({})), Some(&pod), "eth0", &cluster()).unwrap();
+    let p = plan(&config(json!({})), Some(&pod), "eth0", &cluster(), None).unwrap();
     assert_eq!(
         summary(&p),
         [
@@ -121,7 +121,7 @@ fn named_attachments_take_a_number_too_as_in_multus() {
         "default",
         &[(NETWORKS_ANNOTATION, "net-a@mv1, other-ns/net-b, net-a")],
     );
-    let p = plan(&config(json!({})), Some(&pod), "eth0", &cluster()).unwrap();
+    let p = plan(&config(json!({})), Some(&pod), "eth0", &cluster(), None).unwrap();
     let names: Vec<&str> = p.attachments.iter().map(|a| a.ifname.as_str()).collect();
     assert_eq!(names, ["eth0", "mv1", "net2", "net3"]);
 }
@@ -130,7 +130,7 @@ fn named_attachments_take_a_number_too_as_in_multus() {
 fn the_same_network_twice_is_two_attachments() {
     // multi-net spec §4.2.2.
     let pod = pod("default", &[(NETWORKS_ANNOTATION, "net-a,net-a")]);
-    let p = plan(&config(json!({})), Some(&pod), "eth0", &cluster()).unwrap();
+    let p = plan(&config(json!({})), Some(&pod), "eth0", &cluster(), None).unwrap();
     assert_eq!(
         summary(&p)[1..],
         [
@@ -149,7 +149,7 @@ fn an_interface_name_used_twice_fails_before_anything_runs() {
         "net-a,other-ns/net-b@net1",
     ] {
         let pod = pod("default", &[(NETWORKS_ANNOTATION, annotation)]);
-        let e = plan(&config(json!({})), Some(&pod), "eth0", &cluster()).unwrap_err();
+        let e = plan(&config(json!({})), Some(&pod), "eth0", &cluster(), None).unwrap_err();
         assert_eq!(e.code, 7, "{annotation}: {e}");
         // The annotation parser catches names repeated within the annotation; the planner
         // catches clashes with the default network and generated names.
@@ -168,8 +168,7 @@ fn default_networks_come_after_the_default_and_skip_system_namespaces() {
         &cfg,
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "net-a")])),
         "eth0",
-        &fake,
-    )
+        &fake, None)
     .unwrap();
     assert_eq!(
         summary(&p),
@@ -179,7 +178,7 @@ fn default_networks_come_after_the_default_and_skip_system_namespaces() {
             s("default/net-a", "net2", false),
         ]
     );
-    let p = plan(&cfg, Some(&pod("kube-system", &[])), "eth0", &fake).unwrap();
+    let p = plan(&cfg, Some(&pod("kube-system", &[])), "eth0", &fake, None).unwrap();
     assert_eq!(p.attachments.len(), 1);
 }
 
@@ -190,8 +189,7 @@ fn the_default_network_annotation_replaces_the_cluster_network() {
         &config(json!({})),
         Some(&pod("default", &[(DEFAULT_NETWORK_ANNOTATION, "alt")])),
         "eth0",
-        &fake,
-    )
+        &fake, None)
     .unwrap();
     assert_eq!(summary(&p), [s("kube-system/alt", "eth0", true)]);
     assert!(p.warnings.is_empty(), "{:?}", p.warnings);
@@ -207,8 +205,7 @@ fn the_default_network_annotation_replaces_the_cluster_network() {
             )],
         )),
         "eth0",
-        &fake,
-    )
+        &fake, None)
     .unwrap();
     assert!(
         p.warnings
@@ -225,8 +222,7 @@ fn the_default_network_annotation_replaces_the_cluster_network() {
             &[(DEFAULT_NETWORK_ANNOTATION, "alt,net-a")],
         )),
         "eth0",
-        &fake,
-    )
+        &fake, None)
     .unwrap_err();
     assert!(e.msg.contains("exactly one"), "{e}");
 }
@@ -238,8 +234,7 @@ fn namespace_isolation_refuses_with_pod_nad_and_rule() {
         &cfg,
         Some(&pod("tenant", &[(NETWORKS_ANNOTATION, "other-ns/net-b")])),
         "eth0",
-        &cluster(),
-    )
+        &cluster(), None)
     .unwrap_err();
     assert_eq!(e.code, 7);
     assert!(
@@ -258,8 +253,7 @@ fn namespace_isolation_refuses_with_pod_nad_and_rule() {
             &[(NETWORKS_ANNOTATION, "mine,default/net-a")],
         )),
         "eth0",
-        &fake,
-    )
+        &fake, None)
     .unwrap();
     assert_eq!(p.attachments.len(), 3);
     // Setting globalNamespaces replaces "default".
@@ -269,8 +263,7 @@ fn namespace_isolation_refuses_with_pod_nad_and_rule() {
             &cfg,
             Some(&pod("tenant", &[(NETWORKS_ANNOTATION, "default/net-a")])),
             "eth0",
-            &cluster()
-        )
+            &cluster(), None)
         .is_err()
     );
     // The default-network override obeys isolation too (Multus lets it through).
@@ -280,8 +273,7 @@ fn namespace_isolation_refuses_with_pod_nad_and_rule() {
         &cfg,
         Some(&pod("tenant", &[(DEFAULT_NETWORK_ANNOTATION, "alt")])),
         "eth0",
-        &fake,
-    )
+        &fake, None)
     .unwrap_err();
     assert!(e.msg.contains("kube-system/alt"), "{e}");
 }
@@ -292,8 +284,7 @@ fn a_missing_nad_names_the_nad_and_the_pod() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "nope")])),
         "eth0",
-        &cluster(),
-    )
+        &cluster(), None)
     .unwrap_err();
     assert!(
         e.msg.contains("default/nope") && e.msg.contains("not found") && e.msg.contains("web"),
@@ -310,8 +301,7 @@ fn a_nad_without_config_uses_the_file_of_its_name() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "ondisk")])),
         "eth0",
-        &fake,
-    )
+        &fake, None)
     .unwrap();
     assert_eq!(p.attachments[1].list.plugins[0].plugin_type, "macvlan");
 
@@ -320,8 +310,7 @@ fn a_nad_without_config_uses_the_file_of_its_name() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "ondisk")])),
         "eth0",
-        &fake,
-    )
+        &fake, None)
     .unwrap_err();
     assert!(e.msg.contains("no spec.config"), "{e}");
 }
@@ -340,8 +329,7 @@ fn requested_capabilities_must_be_declared_and_reach_runtime_config() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, annotation)])),
         "eth0",
-        &fake,
-    )
+        &fake, None)
     .unwrap();
     assert_eq!(
         Value::Object(p.attachments[1].capability_args.clone()),
@@ -358,8 +346,7 @@ fn requested_capabilities_must_be_declared_and_reach_runtime_config() {
             )],
         )),
         "eth0",
-        &cluster(),
-    )
+        &cluster(), None)
     .unwrap_err();
     assert!(
         e.msg.contains("default/net-a") && e.msg.contains("ips"),
@@ -382,8 +369,7 @@ fn cni_args_and_ipam_claims_reach_args_cni_of_every_plugin() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, annotation)])),
         "eth0",
-        &fake,
-    )
+        &fake, None)
     .unwrap();
     let list = &p.attachments[1].list;
     assert_eq!(
@@ -405,8 +391,7 @@ fn the_runtimes_runtime_config_goes_to_the_default_network_only() {
         &cfg,
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "net-a")])),
         "eth0",
-        &cluster(),
-    )
+        &cluster(), None)
     .unwrap();
     assert!(
         p.attachments[0]
@@ -423,8 +408,7 @@ fn default_route_is_carried_to_its_attachment() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, annotation)])),
         "eth0",
-        &cluster(),
-    )
+        &cluster(), None)
     .unwrap();
     assert_eq!(
         p.attachments[1].default_route,
@@ -441,8 +425,7 @@ fn cluster_network_as_a_file_name_or_a_path() {
         &config(json!({"clusterNetwork": "k8s-pod-network"})),
         None,
         "eth0",
-        &fake,
-    )
+        &fake, None)
     .unwrap();
     assert_eq!(summary(&p), [s("k8s-pod-network", "eth0", true)]);
 
@@ -455,8 +438,7 @@ fn cluster_network_as_a_file_name_or_a_path() {
         &config(json!({"clusterNetwork": "/etc/cni/net.d/10-calico.conflist"})),
         None,
         "eth0",
-        &fake,
-    )
+        &fake, None)
     .unwrap();
     assert_eq!(summary(&p), [s("calico", "eth0", true)]);
 
@@ -464,8 +446,7 @@ fn cluster_network_as_a_file_name_or_a_path() {
         &config(json!({"clusterNetwork": "nowhere"})),
         None,
         "eth0",
-        &Fake::default(),
-    )
+        &Fake::default(), None)
     .unwrap_err();
     assert!(
         e.msg.contains("clusterNetwork") && e.msg.contains("nowhere"),
@@ -484,7 +465,7 @@ fn inline_delegates_without_cluster_network() {
         .unwrap(),
     )
     .unwrap();
-    let p = plan(&cfg, None, "eth0", &Fake::default()).unwrap();
+    let p = plan(&cfg, None, "eth0", &Fake::default(), None).unwrap();
     assert_eq!(
         summary(&p),
         [s("first", "eth0", true), s("second", "net1", false)]
@@ -498,8 +479,7 @@ fn an_invalid_annotation_fails_the_whole_plan() {
             &config(json!({})),
             Some(&pod("default", &[(NETWORKS_ANNOTATION, bad)])),
             "eth0",
-            &cluster(),
-        )
+            &cluster(), None)
         .unwrap_err();
         assert_eq!(e.code, 7, "{bad}: {e}");
         assert!(e.msg.contains(NETWORKS_ANNOTATION), "{bad}: {e}");
@@ -512,34 +492,227 @@ fn an_empty_annotation_is_no_secondary_network() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "  ")])),
         "eth0",
-        &cluster(),
-    )
+        &cluster(), None)
     .unwrap();
     assert_eq!(p.attachments.len(), 1);
 }
 
-#[test]
-fn a_device_backed_nad_is_refused_clearly_until_devices_are_supported() {
-    let mut fake = cluster();
-    let mut nad = fake.nads["default/net-a"].clone();
-    nad.metadata.annotations = Some(
+/// Devices per resource, counting how often each resource is asked for.
+#[derive(Default)]
+struct FakeDevices {
+    allocated: BTreeMap<String, Vec<String>>,
+    asked: std::cell::RefCell<Vec<String>>,
+    fail: bool,
+}
+
+impl Devices for FakeDevices {
+    fn allocated(&self, pod: &Pod, resource: &str) -> Result<Vec<String>, CniError> {
+        self.asked
+            .borrow_mut()
+            .push(format!("{}/{} {resource}", pod.namespace, pod.name));
+        if self.fail {
+            return Err(CniError::new(ErrorCode::TryAgainLater, "kubelet is down"));
+        }
+        Ok(self.allocated.get(resource).cloned().unwrap_or_default())
+    }
+}
+
+fn with_resource(mut fake: Fake, nad: &str, resource: &str) -> Fake {
+    let n = fake.nads.get_mut(nad).unwrap();
+    n.metadata.annotations = Some(
         [(
             netattach::nad::RESOURCE_NAME_ANNOTATION.to_string(),
-            "intel.com/sriov".to_string(),
+            resource.to_string(),
         )]
         .into(),
     );
-    fake.nads.insert("default/net-a".into(), nad);
+    fake
+}
+
+/// `net-a` and `net-b` backed by `intel.com/sriov`, `kube-system/default-net` not.
+fn sriov_cluster() -> Fake {
+    let fake = with_resource(cluster(), "default/net-a", "intel.com/sriov");
+    with_resource(fake, "other-ns/net-b", "intel.com/sriov")
+}
+
+fn devices(resource: &str, ids: &[&str]) -> FakeDevices {
+    FakeDevices {
+        allocated: [(
+            resource.to_string(),
+            ids.iter().map(|s| s.to_string()).collect(),
+        )]
+        .into(),
+        ..FakeDevices::default()
+    }
+}
+
+#[test]
+fn attachments_of_one_resource_take_distinct_devices_in_selection_order() {
+    let devs = devices("intel.com/sriov", &["0000:18:02.2", "0000:18:02.3", "0000:18:02.4"]);
+    let p = plan(
+        &config(json!({})),
+        Some(&pod(
+            "default",
+            &[(NETWORKS_ANNOTATION, "net-a,other-ns/net-b,net-a@sr2")],
+        )),
+        "eth0",
+        &sriov_cluster(),
+        Some(&devs),
+    )
+    .unwrap();
+    let ids: Vec<_> = p
+        .attachments
+        .iter()
+        .map(|a| a.device.as_ref().map(|d| d.id.as_str()))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            None,
+            Some("0000:18:02.2"),
+            Some("0000:18:02.3"),
+            Some("0000:18:02.4")
+        ]
+    );
+    let a = &p.attachments[2];
+    assert_eq!(
+        a.device.as_ref().unwrap().resource.as_deref(),
+        Some("intel.com/sriov")
+    );
+    // Every plugin's configuration carries the ID as deviceID and pciBusID, and the runtime
+    // config offers it to plugins that declare the capability.
+    for plugin in &a.list.plugins {
+        assert_eq!(plugin.raw["deviceID"], json!("0000:18:02.3"));
+        assert_eq!(plugin.raw["pciBusID"], json!("0000:18:02.3"));
+    }
+    assert_eq!(a.capability_args["deviceID"], json!("0000:18:02.3"));
+    // The default network is not device-backed and untouched.
+    assert!(!p.attachments[0].list.plugins[0].raw.contains_key("deviceID"));
+    // The kubelet is asked once per resource, not once per attachment.
+    assert_eq!(*devs.asked.borrow(), ["default/web intel.com/sriov"]);
+}
+
+#[test]
+fn too_few_devices_fail_the_plan_naming_the_resource_and_the_networks() {
+    for (ids, allocated) in [(&["0000:18:02.2"][..], "1 device(s) of it to the pod (0000:18:02.2)"), (&[][..], "0 device(s) of it to the pod:")] {
+        let devs = devices("intel.com/sriov", ids);
+        let e = plan(
+            &config(json!({})),
+            Some(&pod("default", &[(NETWORKS_ANNOTATION, "net-a,other-ns/net-b")])),
+            "eth0",
+            &sriov_cluster(),
+            Some(&devs),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, 7, "{e}");
+        let want_count = if ids.is_empty() { 1 } else { 2 };
+        assert!(
+            e.msg.contains(&format!(
+                "pod default/web has {want_count} attachment(s) of device resource \"intel.com/sriov\""
+            )) && e.msg.contains(allocated),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_kubelet_error_fails_the_plan_with_the_resource_named() {
+    let devs = FakeDevices {
+        fail: true,
+        ..FakeDevices::default()
+    };
     let e = plan(
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "net-a")])),
         "eth0",
-        &fake,
+        &sriov_cluster(),
+        Some(&devs),
     )
     .unwrap_err();
-    assert_eq!(e.code, 2, "{e}");
+    assert_eq!(e.code, 11, "{e}");
     assert!(
-        e.msg.contains("intel.com/sriov") && e.msg.contains("default/net-a"),
+        e.msg.contains("kubelet is down")
+            && e.msg.contains("resource \"intel.com/sriov\" (network-attachment-definition default/net-a)"),
         "{e}"
     );
+}
+
+#[test]
+fn without_a_device_source_device_backed_networks_are_planned_with_a_warning() {
+    let p = plan(
+        &config(json!({})),
+        Some(&pod("default", &[(NETWORKS_ANNOTATION, "net-a")])),
+        "eth0",
+        &sriov_cluster(),
+        None,
+    )
+    .unwrap();
+    assert_eq!(p.attachments[1].device, None);
+    assert!(!p.attachments[1].list.plugins[0].raw.contains_key("deviceID"));
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("default/net-a is backed by resource \"intel.com/sriov\"")),
+        "{:?}",
+        p.warnings
+    );
+}
+
+#[test]
+fn an_element_device_id_reaches_the_runtime_config_only_and_a_resource_wins() {
+    let annotation = r#"[{"name": "net-a", "deviceID": "0000:aa:00.1"}]"#;
+    // net-a not device-backed: the element's device, in runtimeConfig only (as Multus).
+    let p = plan(
+        &config(json!({})),
+        Some(&pod("default", &[(NETWORKS_ANNOTATION, annotation)])),
+        "eth0",
+        &cluster(),
+        None,
+    )
+    .unwrap();
+    let a = &p.attachments[1];
+    assert_eq!(
+        a.device,
+        Some(Device {
+            id: "0000:aa:00.1".into(),
+            resource: None
+        })
+    );
+    assert_eq!(a.capability_args["deviceID"], json!("0000:aa:00.1"));
+    assert!(!a.list.plugins[0].raw.contains_key("deviceID"));
+    // Device-backed: the kubelet's device wins.
+    let devs = devices("intel.com/sriov", &["0000:18:02.2"]);
+    let p = plan(
+        &config(json!({})),
+        Some(&pod("default", &[(NETWORKS_ANNOTATION, annotation)])),
+        "eth0",
+        &sriov_cluster(),
+        Some(&devs),
+    )
+    .unwrap();
+    assert_eq!(p.attachments[1].capability_args["deviceID"], json!("0000:18:02.2"));
+}
+
+#[test]
+fn a_device_backed_default_network_takes_the_first_device() {
+    let fake = with_resource(cluster(), "kube-system/default-net", "intel.com/sriov");
+    let fake = with_resource(fake, "default/net-a", "intel.com/sriov");
+    let devs = devices("intel.com/sriov", &["0000:18:02.2", "0000:18:02.3"]);
+    let cfg = config(json!({"runtimeConfig": {"portMappings": []}}));
+    let p = plan(
+        &cfg,
+        Some(&pod("default", &[(NETWORKS_ANNOTATION, "net-a")])),
+        "eth0",
+        &fake,
+        Some(&devs),
+    )
+    .unwrap();
+    let d = &p.attachments[0];
+    assert_eq!(d.device.as_ref().unwrap().id, "0000:18:02.2");
+    // The runtime's runtimeConfig stays, with the device added.
+    assert_eq!(
+        Value::Object(d.capability_args.clone()),
+        json!({"portMappings": [], "deviceID": "0000:18:02.2"})
+    );
+    assert_eq!(p.attachments[1].device.as_ref().unwrap().id, "0000:18:02.3");
 }
