@@ -320,6 +320,37 @@ mod tests {
         assert_eq!(cni_file_name("n", "a_b", "c"), "n-a%5Fb_c");
         let dp = dirs.dp_path("../../x", "../y");
         assert_eq!(dp.parent(), Some(Path::new("/base/dp")));
+        for (resource, id) in [
+            ("..", ".."),
+            ("/", "/"),
+            ("a\0b", "c\0d"),
+            ("", ""),
+            (&"r".repeat(300)[..], &"d/".repeat(200)[..]),
+        ] {
+            let dp = dirs.dp_path(resource, id);
+            assert_eq!(dp.parent(), Some(Path::new("/base/dp")), "{dp:?}");
+            assert!(
+                dp.file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .ends_with("-device.json")
+            );
+        }
+    }
+
+    #[test]
+    fn unusable_device_plugin_file_names_are_errors_not_panics() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs = DeviceInfoDirs::new(tmp.path());
+        fs::create_dir_all(dirs.dp_dir()).unwrap();
+        let cni = dirs.cni_path("ns/n", "c", "net1");
+        // NUL cannot be in a file name; a name over 255 bytes no device plugin could write.
+        for (resource, id) in [("a\0b", "1"), (&"r".repeat(300)[..], "1")] {
+            let e = dirs.copy_dp_to_cni(resource, id, &cni).unwrap_err();
+            assert_eq!(cni::CniError::from(e).code, 5);
+            assert!(!cni.exists());
+        }
     }
 
     #[test]

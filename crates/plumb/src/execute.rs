@@ -98,13 +98,8 @@ fn list_json(list: &NetworkConfigList) -> Value {
 /// device-info file too, which is also offered to the plugins as `CNIDeviceInfoFile`
 /// (device-info spec §5.1).
 fn recorded(a: &Attachment, container_id: &str, dirs: &DeviceInfoDirs) -> RecordedAttachment {
-    let device_info_file = device_info_path(
-        dirs,
-        a.device.as_ref(),
-        &a.network,
-        container_id,
-        &a.ifname,
-    );
+    let device_info_file =
+        device_info_path(dirs, a.device.as_ref(), &a.network, container_id, &a.ifname);
     let mut capability_args = a.capability_args.clone();
     if let Some(path) = &device_info_file {
         capability_args.insert(

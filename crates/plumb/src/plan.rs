@@ -312,7 +312,10 @@ impl Planner<'_> {
             }
             // The resource's device wins over one the element names (as in Multus).
             let device = device.or_else(|| {
-                element.device_id.clone().map(|id| Device { id, resource: None })
+                element
+                    .device_id
+                    .clone()
+                    .map(|id| Device { id, resource: None })
             });
             self.out.attachments.push(Attachment {
                 network,
@@ -440,11 +443,7 @@ impl Planner<'_> {
 
     /// `clusterNetwork` or a `defaultNetworks` entry (multus-reference §1.1): a name is a NAD
     /// in `multusNamespace`, else a configuration file in `confDir`; a value with `/` is a path.
-    fn resolve_configured(
-        &mut self,
-        value: &str,
-        key: &str,
-    ) -> Result<Resolved, CniError> {
+    fn resolve_configured(&mut self, value: &str, key: &str) -> Result<Resolved, CniError> {
         if value.contains('/') {
             let list = self
                 .networks

@@ -304,8 +304,8 @@ impl Plumb<'_> {
         let plan = call
             .plan(pod.as_ref(), &args.ifname, Some(&devices))
             .inspect_err(|e| {
-            call.warn_pod(pod.as_ref(), "NoNetworkFound", e);
-        })?;
+                call.warn_pod(pod.as_ref(), "NoNetworkFound", e);
+            })?;
         let t_plan = start.elapsed();
         let exec = self.executor(call);
         let sandbox = call.sandbox(args);

@@ -9,8 +9,7 @@ pub type PodDevices = BTreeMap<String, Vec<String>>;
 pub trait PodResources {
     /// The devices allocated to pod `namespace/name`. A pod the kubelet does not know gives an
     /// empty map.
-    fn pod_devices(&self, namespace: &str, name: &str)
-    -> Result<PodDevices, cni::error::CniError>;
+    fn pod_devices(&self, namespace: &str, name: &str) -> Result<PodDevices, cni::error::CniError>;
 }
 
 /// PLACEHOLDER.

@@ -61,6 +61,11 @@ cat >"$d/calls/$n/stdin"
 env -0 >"$d/calls/$n/env"
 cmd=${CNI_COMMAND:-}
 echo "__NAME__ $cmd" >>__SEQUENCE__
+if [ "$cmd" = ADD ] && [ -f "$d/respond/devinfo" ]; then
+  # A device plugin-aware delegate: writes its device info where runtimeConfig says.
+  f=$(grep -o '"CNIDeviceInfoFile" *: *"[^"]*"' "$d/calls/$n/stdin" | head -n 1 | sed 's/.*: *"//; s/"$//')
+  [ -n "$f" ] && cp "$d/respond/devinfo" "$f"
+fi
 [ -f "$d/respond/$cmd.err" ] && cat "$d/respond/$cmd.err" >&2
 if [ -f "$d/respond/$cmd.out" ]; then
   cat "$d/respond/$cmd.out"
@@ -135,6 +140,12 @@ impl FakePlugin {
     pub fn fail(&self, command: &str, code: u32, msg: &str) {
         let body = serde_json::json!({"cniVersion": "1.0.0", "code": code, "msg": msg});
         self.respond(command, &body.to_string(), "", 1);
+    }
+
+    /// From now on ADD writes `content` to the file its `runtimeConfig.CNIDeviceInfoFile`
+    /// names (device-info spec §5.1.2), as a device-aware plugin such as SR-IOV's does.
+    pub fn write_device_info_on_add(&self, content: &str) {
+        fs::write(self.state.join("respond").join("devinfo"), content).expect("write device info");
     }
 
     /// Every call so far, oldest first.

@@ -168,7 +168,9 @@ fn default_networks_come_after_the_default_and_skip_system_namespaces() {
         &cfg,
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "net-a")])),
         "eth0",
-        &fake, None)
+        &fake,
+        None,
+    )
     .unwrap();
     assert_eq!(
         summary(&p),
@@ -189,7 +191,9 @@ fn the_default_network_annotation_replaces_the_cluster_network() {
         &config(json!({})),
         Some(&pod("default", &[(DEFAULT_NETWORK_ANNOTATION, "alt")])),
         "eth0",
-        &fake, None)
+        &fake,
+        None,
+    )
     .unwrap();
     assert_eq!(summary(&p), [s("kube-system/alt", "eth0", true)]);
     assert!(p.warnings.is_empty(), "{:?}", p.warnings);
@@ -205,7 +209,9 @@ fn the_default_network_annotation_replaces_the_cluster_network() {
             )],
         )),
         "eth0",
-        &fake, None)
+        &fake,
+        None,
+    )
     .unwrap();
     assert!(
         p.warnings
@@ -222,7 +228,9 @@ fn the_default_network_annotation_replaces_the_cluster_network() {
             &[(DEFAULT_NETWORK_ANNOTATION, "alt,net-a")],
         )),
         "eth0",
-        &fake, None)
+        &fake,
+        None,
+    )
     .unwrap_err();
     assert!(e.msg.contains("exactly one"), "{e}");
 }
@@ -234,7 +242,9 @@ fn namespace_isolation_refuses_with_pod_nad_and_rule() {
         &cfg,
         Some(&pod("tenant", &[(NETWORKS_ANNOTATION, "other-ns/net-b")])),
         "eth0",
-        &cluster(), None)
+        &cluster(),
+        None,
+    )
     .unwrap_err();
     assert_eq!(e.code, 7);
     assert!(
@@ -253,7 +263,9 @@ fn namespace_isolation_refuses_with_pod_nad_and_rule() {
             &[(NETWORKS_ANNOTATION, "mine,default/net-a")],
         )),
         "eth0",
-        &fake, None)
+        &fake,
+        None,
+    )
     .unwrap();
     assert_eq!(p.attachments.len(), 3);
     // Setting globalNamespaces replaces "default".
@@ -263,7 +275,9 @@ fn namespace_isolation_refuses_with_pod_nad_and_rule() {
             &cfg,
             Some(&pod("tenant", &[(NETWORKS_ANNOTATION, "default/net-a")])),
             "eth0",
-            &cluster(), None)
+            &cluster(),
+            None
+        )
         .is_err()
     );
     // The default-network override obeys isolation too (Multus lets it through).
@@ -273,7 +287,9 @@ fn namespace_isolation_refuses_with_pod_nad_and_rule() {
         &cfg,
         Some(&pod("tenant", &[(DEFAULT_NETWORK_ANNOTATION, "alt")])),
         "eth0",
-        &fake, None)
+        &fake,
+        None,
+    )
     .unwrap_err();
     assert!(e.msg.contains("kube-system/alt"), "{e}");
 }
@@ -284,7 +300,9 @@ fn a_missing_nad_names_the_nad_and_the_pod() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "nope")])),
         "eth0",
-        &cluster(), None)
+        &cluster(),
+        None,
+    )
     .unwrap_err();
     assert!(
         e.msg.contains("default/nope") && e.msg.contains("not found") && e.msg.contains("web"),
@@ -301,7 +319,9 @@ fn a_nad_without_config_uses_the_file_of_its_name() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "ondisk")])),
         "eth0",
-        &fake, None)
+        &fake,
+        None,
+    )
     .unwrap();
     assert_eq!(p.attachments[1].list.plugins[0].plugin_type, "macvlan");
 
@@ -310,7 +330,9 @@ fn a_nad_without_config_uses_the_file_of_its_name() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "ondisk")])),
         "eth0",
-        &fake, None)
+        &fake,
+        None,
+    )
     .unwrap_err();
     assert!(e.msg.contains("no spec.config"), "{e}");
 }
@@ -329,7 +351,9 @@ fn requested_capabilities_must_be_declared_and_reach_runtime_config() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, annotation)])),
         "eth0",
-        &fake, None)
+        &fake,
+        None,
+    )
     .unwrap();
     assert_eq!(
         Value::Object(p.attachments[1].capability_args.clone()),
@@ -346,7 +370,9 @@ fn requested_capabilities_must_be_declared_and_reach_runtime_config() {
             )],
         )),
         "eth0",
-        &cluster(), None)
+        &cluster(),
+        None,
+    )
     .unwrap_err();
     assert!(
         e.msg.contains("default/net-a") && e.msg.contains("ips"),
@@ -369,7 +395,9 @@ fn cni_args_and_ipam_claims_reach_args_cni_of_every_plugin() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, annotation)])),
         "eth0",
-        &fake, None)
+        &fake,
+        None,
+    )
     .unwrap();
     let list = &p.attachments[1].list;
     assert_eq!(
@@ -391,7 +419,9 @@ fn the_runtimes_runtime_config_goes_to_the_default_network_only() {
         &cfg,
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "net-a")])),
         "eth0",
-        &cluster(), None)
+        &cluster(),
+        None,
+    )
     .unwrap();
     assert!(
         p.attachments[0]
@@ -408,7 +438,9 @@ fn default_route_is_carried_to_its_attachment() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, annotation)])),
         "eth0",
-        &cluster(), None)
+        &cluster(),
+        None,
+    )
     .unwrap();
     assert_eq!(
         p.attachments[1].default_route,
@@ -425,7 +457,9 @@ fn cluster_network_as_a_file_name_or_a_path() {
         &config(json!({"clusterNetwork": "k8s-pod-network"})),
         None,
         "eth0",
-        &fake, None)
+        &fake,
+        None,
+    )
     .unwrap();
     assert_eq!(summary(&p), [s("k8s-pod-network", "eth0", true)]);
 
@@ -438,7 +472,9 @@ fn cluster_network_as_a_file_name_or_a_path() {
         &config(json!({"clusterNetwork": "/etc/cni/net.d/10-calico.conflist"})),
         None,
         "eth0",
-        &fake, None)
+        &fake,
+        None,
+    )
     .unwrap();
     assert_eq!(summary(&p), [s("calico", "eth0", true)]);
 
@@ -446,7 +482,9 @@ fn cluster_network_as_a_file_name_or_a_path() {
         &config(json!({"clusterNetwork": "nowhere"})),
         None,
         "eth0",
-        &Fake::default(), None)
+        &Fake::default(),
+        None,
+    )
     .unwrap_err();
     assert!(
         e.msg.contains("clusterNetwork") && e.msg.contains("nowhere"),
@@ -479,7 +517,9 @@ fn an_invalid_annotation_fails_the_whole_plan() {
             &config(json!({})),
             Some(&pod("default", &[(NETWORKS_ANNOTATION, bad)])),
             "eth0",
-            &cluster(), None)
+            &cluster(),
+            None,
+        )
         .unwrap_err();
         assert_eq!(e.code, 7, "{bad}: {e}");
         assert!(e.msg.contains(NETWORKS_ANNOTATION), "{bad}: {e}");
@@ -492,7 +532,9 @@ fn an_empty_annotation_is_no_secondary_network() {
         &config(json!({})),
         Some(&pod("default", &[(NETWORKS_ANNOTATION, "  ")])),
         "eth0",
-        &cluster(), None)
+        &cluster(),
+        None,
+    )
     .unwrap();
     assert_eq!(p.attachments.len(), 1);
 }
@@ -548,7 +590,10 @@ fn devices(resource: &str, ids: &[&str]) -> FakeDevices {
 
 #[test]
 fn attachments_of_one_resource_take_distinct_devices_in_selection_order() {
-    let devs = devices("intel.com/sriov", &["0000:18:02.2", "0000:18:02.3", "0000:18:02.4"]);
+    let devs = devices(
+        "intel.com/sriov",
+        &["0000:18:02.2", "0000:18:02.3", "0000:18:02.4"],
+    );
     let p = plan(
         &config(json!({})),
         Some(&pod(
@@ -587,18 +632,31 @@ fn attachments_of_one_resource_take_distinct_devices_in_selection_order() {
     }
     assert_eq!(a.capability_args["deviceID"], json!("0000:18:02.3"));
     // The default network is not device-backed and untouched.
-    assert!(!p.attachments[0].list.plugins[0].raw.contains_key("deviceID"));
+    assert!(
+        !p.attachments[0].list.plugins[0]
+            .raw
+            .contains_key("deviceID")
+    );
     // The kubelet is asked once per resource, not once per attachment.
     assert_eq!(*devs.asked.borrow(), ["default/web intel.com/sriov"]);
 }
 
 #[test]
 fn too_few_devices_fail_the_plan_naming_the_resource_and_the_networks() {
-    for (ids, allocated) in [(&["0000:18:02.2"][..], "1 device(s) of it to the pod (0000:18:02.2)"), (&[][..], "0 device(s) of it to the pod:")] {
+    for (ids, allocated) in [
+        (
+            &["0000:18:02.2"][..],
+            "1 device(s) of it to the pod (0000:18:02.2)",
+        ),
+        (&[][..], "0 device(s) of it to the pod:"),
+    ] {
         let devs = devices("intel.com/sriov", ids);
         let e = plan(
             &config(json!({})),
-            Some(&pod("default", &[(NETWORKS_ANNOTATION, "net-a,other-ns/net-b")])),
+            Some(&pod(
+                "default",
+                &[(NETWORKS_ANNOTATION, "net-a,other-ns/net-b")],
+            )),
             "eth0",
             &sriov_cluster(),
             Some(&devs),
@@ -632,7 +690,9 @@ fn a_kubelet_error_fails_the_plan_with_the_resource_named() {
     assert_eq!(e.code, 11, "{e}");
     assert!(
         e.msg.contains("kubelet is down")
-            && e.msg.contains("resource \"intel.com/sriov\" (network-attachment-definition default/net-a)"),
+            && e.msg.contains(
+                "resource \"intel.com/sriov\" (network-attachment-definition default/net-a)"
+            ),
         "{e}"
     );
 }
@@ -648,7 +708,11 @@ fn without_a_device_source_device_backed_networks_are_planned_with_a_warning() {
     )
     .unwrap();
     assert_eq!(p.attachments[1].device, None);
-    assert!(!p.attachments[1].list.plugins[0].raw.contains_key("deviceID"));
+    assert!(
+        !p.attachments[1].list.plugins[0]
+            .raw
+            .contains_key("deviceID")
+    );
     assert!(
         p.warnings
             .iter()
@@ -690,7 +754,10 @@ fn an_element_device_id_reaches_the_runtime_config_only_and_a_resource_wins() {
         Some(&devs),
     )
     .unwrap();
-    assert_eq!(p.attachments[1].capability_args["deviceID"], json!("0000:18:02.2"));
+    assert_eq!(
+        p.attachments[1].capability_args["deviceID"],
+        json!("0000:18:02.2")
+    );
 }
 
 #[test]
