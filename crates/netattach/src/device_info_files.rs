@@ -202,7 +202,8 @@ pub fn read(path: &Path) -> Result<Option<DeviceInfo>, DeviceInfoFileError> {
 
 /// Writes a device-info file, creating its directory (§4.1.1, §4.2.1, §5.1.2). The content
 /// goes to a temporary file in the same directory first and is renamed into place, so a
-/// reader never sees half a file.
+/// reader never sees half a file. Not fsynced: the file lives as long as the pod's sandbox,
+/// which a reboot ends anyway.
 pub fn write(path: &Path, info: &DeviceInfo) -> Result<(), DeviceInfoFileError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -226,7 +227,6 @@ pub fn write(path: &Path, info: &DeviceInfo) -> Result<(), DeviceInfoFileError> 
     let result = (|| {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(&bytes)?;
-        f.sync_all()?;
         fs::rename(&tmp, path)
     })();
     if result.is_err() {

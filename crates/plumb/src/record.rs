@@ -2,10 +2,11 @@
 //! what ADD began (multi-net spec §7.2; DESIGN.md "The way of one ADD").
 //!
 //! One file per sandbox, `<stateDir>/<containerID>.json`, written atomically (temporary file,
-//! fsync, rename, directory fsync) with every planned attachment *before* the first one runs, so
-//! a crash or a kill at any point leaves a record that names every delegate that may have done
-//! something (DEL of an attachment that never ran is harmless: DEL is idempotent). DEL reads it, so it needs neither the
-//! pod, the NADs nor the API server. The file carries a format `version`; an unreadable or
+//! fsync, rename: see [`cni::cache::write_durable`] for why the directory is not fsynced) with
+//! every planned attachment *before* the first one runs, so a crash or a kill at any point leaves
+//! a record that names every delegate that may have done something (DEL of an attachment that
+//! never ran is harmless: DEL is idempotent). DEL reads it, so it needs neither the pod, the
+//! NADs nor the API server. The file carries a format `version`; an unreadable or
 //! corrupt record is an error that says so, never a silent "nothing to delete" (Multus issue
 //! #1087: a corrupt cache after a reboot leaked every IP of the pod).
 
