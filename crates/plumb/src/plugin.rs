@@ -289,7 +289,7 @@ impl Plumb<'_> {
         }
     }
 
-    fn do_add(&self, call: &Call, args: &CmdArgs) -> Result<CniResult, CniError> {
+    fn do_add(&self, call: &Call, args: &CmdArgs, setup: Duration) -> Result<CniResult, CniError> {
         let start = Instant::now();
         wait_for_readiness(&call.config)?;
         let pod = call.pod(true)?;
@@ -363,7 +363,9 @@ impl Plumb<'_> {
             let ms = |d: Duration| d.as_secs_f64() * 1e3;
             let end = start.elapsed();
             call.log.debug(&format!(
-                "ADD timings: pod {:.1} ms, plan {:.1} ms, delegates {:.1} ms, status {:.1} ms",
+                "ADD timings: setup {:.1} ms, pod {:.1} ms, plan {:.1} ms, delegates {:.1} ms, \
+                 status {:.1} ms",
+                ms(setup),
                 ms(t_pod),
                 ms(t_plan - t_pod),
                 ms(t_delegates - t_plan),
@@ -521,8 +523,9 @@ impl Plugin for Plumb<'_> {
     }
 
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        let start = Instant::now();
         let call = Call::new(args)?;
-        let result = self.do_add(&call, args).map_err(|e| {
+        let result = self.do_add(&call, args, start.elapsed()).map_err(|e| {
             let e = e.context(who(&call.pod_args, &args.container_id));
             call.log.error(&format!("ADD: {e}"));
             e
