@@ -16,6 +16,8 @@
 //! - [`standalone`]: `plumb attach`, `detach`, `plan` and `status`, with or without a cluster.
 //! - [`validate`]: `plumb validate`, NADs and pods checked before they reach a cluster.
 //! - [`routes`]: `default-route` (spec §4.1.2.1.9) in the pod's netns, over netlink.
+//! - [`pod_resources`]: the kubelet's PodResources API, the device IDs behind a NAD's
+//!   `resourceName` (device-info spec §4.2.1).
 
 pub mod cluster;
 pub mod cnitool;
@@ -27,6 +29,7 @@ pub mod objects;
 pub mod plan;
 pub mod plugin;
 pub mod pod_args;
+pub mod pod_resources;
 pub mod record;
 pub mod routes;
 pub mod standalone;
