@@ -50,9 +50,12 @@ fn nad(name: &str, resource: Option<&str>, config: Value) -> Value {
     v
 }
 
-/// A fake delegate's ADD answer: one sandbox interface, named by CNI_IFNAME.
-const FAKE_RESULT: &str =
-    r#"{"cniVersion":"1.0.0","interfaces":[{"sandbox":"/proc/self/ns/net"}]}"#;
+/// A fake delegate's ADD answer: one sandbox interface.
+fn fake_result(ifname: &str) -> String {
+    json!({"cniVersion": "1.0.0",
+           "interfaces": [{"name": ifname, "sandbox": "/proc/self/ns/net"}]})
+    .to_string()
+}
 
 impl DeviceNode {
     fn new(net: u8) -> DeviceNode {
@@ -73,8 +76,8 @@ impl DeviceNode {
         let plugins = node.path("plugins");
         let sriov_a = FakePlugin::install(&plugins, "sriov-a");
         let sriov_b = FakePlugin::install(&plugins, "sriov-b");
-        for (name, fake) in [("sriov-a", &sriov_a), ("sriov-b", &sriov_b)] {
-            fake.respond("ADD", FAKE_RESULT, "", 0);
+        for (name, fake, ifname) in [("sriov-a", &sriov_a, "net1"), ("sriov-b", &sriov_b, "net2")] {
+            fake.respond("ADD", &fake_result(ifname), "", 0);
             api.put(
                 Resource::NetworkAttachmentDefinitions,
                 nad(
@@ -89,7 +92,7 @@ impl DeviceNode {
         let socket = node.path("kubelet/pod-resources/kubelet.sock");
         fs::create_dir_all(socket.parent().unwrap()).unwrap();
         let kubelet = PodResourcesStandIn::start(&socket).unwrap();
-        let kubeconfig = api.write_kubeconfig(node.path("kubeconfig"), KubeconfigUser::Anonymous);
+        let kubeconfig = api.write_kubeconfig(node.path("kubeconfig"), KubeconfigUser::Token);
         let config = node.config(json!({
             "clusterNetwork": "default-net", "kubeconfig": kubeconfig,
             // The fake delegates first, then the reference plugins (CNI_PATH).
@@ -293,9 +296,13 @@ fn a_missing_kubelet_socket_fails_clearly_and_leaves_nothing() {
     );
     assert!(n.sriov_a.calls_of("ADD").is_empty());
     n.assert_nothing_left(&ns, "cd2");
-    // The runtime's DEL after the failed ADD succeeds and finds nothing to do.
+    // The runtime's DEL after the failed ADD succeeds without the kubelet: with no record it
+    // plans from the API, without devices, and DEL of what never ran is harmless.
     ok(&n.call("DEL", &ns, "vf-pod", "cd2"));
-    assert!(n.sriov_a.calls_of("DEL").is_empty());
+    let del = n.sriov_a.calls_of("DEL");
+    assert_eq!(del.len(), 1);
+    assert!(del[0].stdin_json().get("deviceID").is_none());
+    n.assert_nothing_left(&ns, "cd2");
 }
 
 #[test]
