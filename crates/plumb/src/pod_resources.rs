@@ -39,12 +39,14 @@ mod v1;
 use self::v1::pod_resources_lister_client::PodResourcesListerClient;
 use self::v1::{GetPodResourcesRequest, ListPodResourcesRequest};
 
-/// Device IDs allocated to one pod's containers, per resource name: every container's IDs of that resource, sorted and deduplicated (Multus sorts them, multus-reference §2.9).
+/// Device IDs allocated to one pod's containers, per resource name: every container's IDs of
+/// that resource, sorted and deduplicated (Multus sorts them, multus-reference §2.9).
 pub type PodDevices = std::collections::BTreeMap<String, Vec<String>>;
 
 /// The kubelet's PodResources API as plumb uses it.
 pub trait PodResources {
-    /// The devices allocated to pod `namespace/name`. A pod the kubelet does not know gives an empty map.
+    /// The devices allocated to pod `namespace/name`. A pod the kubelet does not know gives an
+    /// empty map.
     fn pod_devices(&self, namespace: &str, name: &str) -> Result<PodDevices, CniError>;
 }
 
