@@ -56,15 +56,27 @@ pub fn device_info_path(
     device.map(|_| dirs.cni_path(network, container_id, ifname))
 }
 
-/// Before ADD: the device plugin's file of a device allocated from a resource is copied to the
-/// attachment's file (§4.2.1), replacing what an earlier ADD left. An invalid device plugin
-/// file fails the attachment (it would be an invalid `device-info` in the pod's status); a
-/// missing one is normal (not every device plugin writes one).
-pub fn copy_device_plugin_file(
+/// Before ADD: the CNI directory is made (so a plugin given `CNIDeviceInfoFile` can simply
+/// write it, although device-info spec §5.1 asks plugins to make it too), and the device
+/// plugin's file of a device allocated from a resource is copied to the attachment's file
+/// (§4.2.1), replacing what an earlier ADD left. An invalid device plugin file fails the
+/// attachment (it would be an invalid `device-info` in the pod's status); a missing one is
+/// normal (not every device plugin writes one).
+pub fn prepare_device_info_file(
     dirs: &DeviceInfoDirs,
     device: &Device,
     cni_file: &Path,
 ) -> Result<(), CniError> {
+    let dir = dirs.cni_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        CniError::new(
+            cni::ErrorCode::Io,
+            format!(
+                "cannot create the device-info directory {}: {e}",
+                dir.display()
+            ),
+        )
+    })?;
     let Some(resource) = &device.resource else {
         return Ok(());
     };

@@ -23,7 +23,7 @@ use netattach::device_info_files::DeviceInfoDirs;
 use netattach::runtime_config::capability;
 use serde_json::Value;
 
-use crate::devices::{copy_device_plugin_file, device_info_path};
+use crate::devices::{device_info_path, prepare_device_info_file};
 use crate::plan::{Attachment, Pod};
 use crate::record::{RECORD_VERSION, Record, RecordStore, RecordedAttachment};
 
@@ -170,7 +170,7 @@ impl Executor<'_> {
         for (i, a) in attachments.iter().enumerate() {
             let r = &record.attachments[i];
             if let (Some(device), Some(file)) = (&a.device, &r.device_info_file)
-                && let Err(e) = copy_device_plugin_file(self.device_info, device, file)
+                && let Err(e) = prepare_device_info_file(self.device_info, device, file)
             {
                 // Nothing of this attachment ran yet: only those before it are undone.
                 let e = e.context(describe(&a.network, &a.ifname, i, n));

@@ -361,3 +361,30 @@ fn a_malformed_device_plugin_file_fails_clearly_and_leaves_nothing() {
     assert!(n.sriov_a.calls_of("ADD").is_empty());
     n.assert_nothing_left(&ns, "cd4");
 }
+
+#[test]
+fn device_info_a_delegate_leaves_unreadable_is_logged_and_left_out_of_the_status() {
+    let n = DeviceNode::new(215);
+    n.pod("vf-pod", "sriov-b");
+    n.kubelet().set_pod(
+        "default",
+        "vf-pod",
+        vec![ContainerDevices::new("app", RESOURCE, &["0000:18:02.3"])],
+    );
+    n.sriov_b.write_device_info_on_add("{not device info");
+    let ns = Netns::new();
+    let out = n.call("ADD", &ns, "vf-pod", "cd5");
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("network default/sriov-b")
+            && stderr.contains("device-info left out of the network-status")
+            && stderr.contains("default-sriov-b-cd5_net1"),
+        "{stderr}"
+    );
+    let status = n.status_of("vf-pod");
+    assert_eq!(status[1]["name"], "default/sriov-b");
+    assert!(status[1].get("device-info").is_none(), "{:?}", status[1]);
+    ok(&n.call("DEL", &ns, "vf-pod", "cd5"));
+    n.assert_nothing_left(&ns, "cd5");
+}

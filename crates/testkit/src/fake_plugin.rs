@@ -64,7 +64,7 @@ echo "__NAME__ $cmd" >>__SEQUENCE__
 if [ "$cmd" = ADD ] && [ -f "$d/respond/devinfo" ]; then
   # A device plugin-aware delegate: writes its device info where runtimeConfig says.
   f=$(grep -o '"CNIDeviceInfoFile" *: *"[^"]*"' "$d/calls/$n/stdin" | head -n 1 | sed 's/.*: *"//; s/"$//')
-  [ -n "$f" ] && cp "$d/respond/devinfo" "$f"
+  [ -n "$f" ] && mkdir -p "$(dirname "$f")" && cp "$d/respond/devinfo" "$f"
 fi
 [ -f "$d/respond/$cmd.err" ] && cat "$d/respond/$cmd.err" >&2
 if [ -f "$d/respond/$cmd.out" ]; then
