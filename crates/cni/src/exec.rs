@@ -225,9 +225,27 @@ impl RawExec {
                 });
             }
         };
-        let status = child.wait().map_err(|e| {
-            CniError::new(ErrorCode::Io, format!("cannot wait for plugin {name}: {e}"))
-        })?;
+        let status = match wait_until(&mut child, deadline) {
+            Ok(Some(status)) => status,
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(CniError::new(
+                    ErrorCode::TryAgainLater,
+                    format!(
+                        "plugin {name} closed its output but did not exit within {:?}, and was \
+                         killed",
+                        self.timeout
+                    ),
+                ));
+            }
+            Err(e) => {
+                return Err(CniError::new(
+                    ErrorCode::Io,
+                    format!("cannot wait for plugin {name}: {e}"),
+                ));
+            }
+        };
         Ok(Finished {
             status,
             stdout,
@@ -252,14 +270,16 @@ impl RawExec {
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
         let mut written = 0;
         let mut buf = vec![0u8; 64 << 10];
+        // When the plugin itself exited while a process it started still holds its output open.
+        let mut exited_at: Option<Instant> = None;
         while pipe_in.is_some() || pipe_out.is_some() || pipe_err.is_some() {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            let left = deadline.saturating_duration_since(now);
+            if exited_at.is_some_and(|t| now - t >= LEFT_BEHIND_GRACE) {
+                // What it printed before exiting is all there is.
+                break;
+            }
             if left.is_zero() {
-                // A plugin that exited but left a child holding the pipe: what it printed is
-                // all there is.
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
                 return Err(Communication::TimedOut);
             }
             let [r_in, r_out, r_err] = {
@@ -278,11 +298,18 @@ impl RawExec {
                         fds.push(PollFd::new(fd, PollFlags::POLLIN));
                     }
                 }
-                let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
+                // Woken now and then to notice a plugin that exited with its pipes held open.
+                let wait = left.min(EXIT_CHECK);
+                let ms = i32::try_from(wait.as_millis().max(1)).unwrap_or(i32::MAX);
                 match poll(
                     &mut fds,
                     PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
                 ) {
+                    Ok(0) => {
+                        if exited_at.is_none() && matches!(child.try_wait(), Ok(Some(_))) {
+                            exited_at = Some(Instant::now());
+                        }
+                    }
                     Ok(_) | Err(Errno::EINTR) => {}
                     Err(e) => return Err(Communication::Io(io::Error::from(e))),
                 }
@@ -323,6 +350,32 @@ impl RawExec {
 
 /// Bytes that fit in a pipe with one write that never blocks (POSIX PIPE_BUF on Linux).
 const PIPE_BUF: usize = 4096;
+
+/// How often a quiet plugin is checked for having exited.
+const EXIT_CHECK: Duration = Duration::from_millis(100);
+
+/// How long output is still read after the plugin exited, when a process it left behind holds
+/// its pipes open (a daemon it started without closing them).
+const LEFT_BEHIND_GRACE: Duration = Duration::from_millis(500);
+
+/// Waits for the child to exit, up to `deadline`; `None` if it is still running then. Its
+/// pipes are closed by now, so it is normally exiting already: the first checks come quickly.
+fn wait_until(
+    child: &mut std::process::Child,
+    deadline: Instant,
+) -> io::Result<Option<std::process::ExitStatus>> {
+    let mut pause = Duration::from_micros(20);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(5));
+    }
+}
 
 /// Why talking to a plugin stopped.
 enum Communication {
@@ -517,6 +570,36 @@ mod tests {
         assert_eq!(e.code, 11, "{e}");
         assert!(e.msg.contains("killed"));
         assert!(t.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_plugin_that_closes_its_output_and_hangs_is_killed_at_the_timeout() {
+        let d = tempfile::tempdir().unwrap();
+        let p = script(d.path(), "mute", "exec >&- 2>&- <&-; sleep 30");
+        let x = RawExec {
+            timeout: Duration::from_millis(300),
+            ..RawExec::default()
+        };
+        let t = Instant::now();
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert_eq!(e.code, 11, "{e}");
+        assert!(e.msg.contains("did not exit"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_plugin_whose_leftover_child_holds_its_output_returns_soon_after_it_exits() {
+        let d = tempfile::tempdir().unwrap();
+        // The plugin answers and exits; the process it leaves behind keeps stdout open.
+        let p = script(d.path(), "daemonizes", "sleep 30 & echo '{\"ok\":1}'");
+        let x = RawExec {
+            timeout: Duration::from_secs(20),
+            ..RawExec::default()
+        };
+        let t = Instant::now();
+        let out = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap();
+        assert_eq!(out.stdout, b"{\"ok\":1}\n");
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     }
 
     #[test]

@@ -341,7 +341,7 @@ fn main() {
         "iterations": iterations,
         "plumb_add_del_median_ms": ms(p),
         "direct_add_del_median_ms": ms(d),
-        "ratio": paired_ratio,
+        "median_paired_ratio": paired_ratio,
         "ratio_of_medians": p.as_secs_f64() / d.as_secs_f64(),
         "plumb_add_median_ms": ms(pa),
         "direct_add_median_ms": ms(da),

@@ -20,8 +20,6 @@ pub const DEFAULT_CNI_DIR: &str = "/var/lib/cni";
 pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
 /// Where plumb keeps its attachment records (DESIGN.md "Paths").
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/plumb";
-/// The kubelet's PodResources socket (DESIGN.md "Paths").
-pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 /// `logLevel`, Multus's levels (multus-reference.md §2.15), least verbose first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -371,8 +369,10 @@ impl Config {
             state_dir: r.path("plumbStateDir", DEFAULT_STATE_DIR)?,
             attachment_events: r.bool("plumbAttachmentEvents", false)?,
             nad_dir: r.string("plumbNadDir")?.map(PathBuf::from),
-            pod_resources_socket: r
-                .path("plumbPodResourcesSocket", DEFAULT_POD_RESOURCES_SOCKET)?,
+            pod_resources_socket: r.path(
+                "plumbPodResourcesSocket",
+                crate::pod_resources::DEFAULT_SOCKET,
+            )?,
             device_info_dir: r.path(
                 "plumbDeviceInfoDir",
                 netattach::device_info_files::DEFAULT_BASE_DIR,

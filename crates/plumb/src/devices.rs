@@ -9,18 +9,22 @@
 //!   (multi-net spec §5.3.7), deleted on DEL.
 
 use std::cell::OnceCell;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use cni::error::CniError;
-use netattach::device_info_files::DeviceInfoDirs;
+use netattach::device_info_files::{self, DeviceInfoDirs};
+use netattach::runtime_config::{capability, list_has_capability};
 
-use crate::plan::{Device, Devices, Pod};
+use crate::plan::{Attachment, Device, Devices, Pod};
 use crate::pod_resources::{PodDevices, PodResources};
 
-/// The planner's device source, from the kubelet. One call serves one pod.
+/// The planner's device source, from the kubelet: the pod's devices are asked once, and the
+/// node's device resources only when the pod has none of a resource. One call serves one pod.
 pub struct KubeletDevices<'a> {
     kubelet: &'a dyn PodResources,
-    pod_devices: OnceCell<Result<PodDevices, CniError>>,
+    pod_devices: OnceCell<Result<Option<PodDevices>, CniError>>,
+    device_resources: OnceCell<Result<Option<BTreeSet<String>>, CniError>>,
 }
 
 impl<'a> KubeletDevices<'a> {
@@ -28,43 +32,70 @@ impl<'a> KubeletDevices<'a> {
         KubeletDevices {
             kubelet,
             pod_devices: OnceCell::new(),
+            device_resources: OnceCell::new(),
         }
     }
 }
 
 impl Devices for KubeletDevices<'_> {
-    fn allocated(&self, pod: &Pod, resource: &str) -> Result<Vec<String>, CniError> {
+    fn allocated(&self, pod: &Pod, resource: &str) -> Result<Option<Vec<String>>, CniError> {
         let all = self
             .pod_devices
             .get_or_init(|| self.kubelet.pod_devices(&pod.namespace, &pod.name))
-            .as_ref()
-            .map_err(Clone::clone)?;
-        Ok(all.get(resource).cloned().unwrap_or_default())
+            .clone()?
+            .ok_or_else(|| {
+                // The kubelet admits a pod before its sandbox is made: not knowing it yet (or
+                // any more) passes.
+                CniError::new(
+                    cni::ErrorCode::TryAgainLater,
+                    format!(
+                        "the kubelet's PodResources API does not know pod {}/{}",
+                        pod.namespace, pod.name
+                    ),
+                )
+            })?;
+        if let Some(ids) = all.get(resource) {
+            return Ok(Some(ids.clone()));
+        }
+        // None of the resource: a device resource the pod did not get, or no device plugin's
+        // resource at all (a marker that only counts capacity), which needs no device.
+        let offered = self
+            .device_resources
+            .get_or_init(|| self.kubelet.device_resources())
+            .clone()?;
+        Ok(match offered {
+            Some(resources) if resources.contains(resource) => Some(Vec::new()),
+            _ => None,
+        })
     }
 }
 
-/// The CNI device-info file of the attachment `network`/`ifname` of sandbox `container_id`
-/// (device-info spec §4.2), when it has a device: Multus gives `CNIDeviceInfoFile` whenever
-/// there is a device ID (multus-reference.md §2.9).
+/// The CNI device-info file of attachment `a` of sandbox `container_id` (device-info spec
+/// §4.2), when it has one: when it has a device or its NAD a resource (Multus gives
+/// `CNIDeviceInfoFile` whenever there is a device ID, multus-reference.md §2.9), and whenever
+/// a plugin of its list declares the `CNIDeviceInfoFile` capability (§5.1.1 makes that a
+/// must, device or not: vhost-user and memif plugins write their own).
 pub fn device_info_path(
     dirs: &DeviceInfoDirs,
-    device: Option<&Device>,
-    network: &str,
+    a: &Attachment,
     container_id: &str,
-    ifname: &str,
 ) -> Option<PathBuf> {
-    device.map(|_| dirs.cni_path(network, container_id, ifname))
+    let wanted = a.device.is_some()
+        || a.resource.is_some()
+        || list_has_capability(&a.list, capability::CNI_DEVICE_INFO_FILE);
+    wanted.then(|| dirs.cni_path(&a.network, container_id, &a.ifname))
 }
 
 /// Before ADD: the CNI directory is made (so a plugin given `CNIDeviceInfoFile` can simply
-/// write it, although device-info spec §5.1 asks plugins to make it too), and the device
-/// plugin's file of a device allocated from a resource is copied to the attachment's file
-/// (§4.2.1), replacing what an earlier ADD left. An invalid device plugin file fails the
-/// attachment (it would be an invalid `device-info` in the pod's status); a missing one is
-/// normal (not every device plugin writes one).
+/// write it, although device-info spec §5.1 asks plugins to make it too), and the file is set
+/// to what this attachment starts with: the device plugin's file of a device allocated from a
+/// resource (§4.2.1), else nothing (a file an earlier ADD left is removed, so it cannot pass
+/// for this attachment's). An invalid device plugin file fails the attachment (it would be an
+/// invalid `device-info` in the pod's status); a missing one is normal (not every device
+/// plugin writes one).
 pub fn prepare_device_info_file(
     dirs: &DeviceInfoDirs,
-    device: &Device,
+    device: Option<&Device>,
     cni_file: &Path,
 ) -> Result<(), CniError> {
     let dir = dirs.cni_dir();
@@ -77,15 +108,96 @@ pub fn prepare_device_info_file(
             ),
         )
     })?;
-    let Some(resource) = &device.resource else {
-        return Ok(());
-    };
-    dirs.copy_dp_to_cni(resource, &device.id, cni_file)
-        .map(|_| ())
-        .map_err(|e| {
+    let copied = match device {
+        Some(Device {
+            id,
+            resource: Some(resource),
+        }) => dirs.copy_dp_to_cni(resource, id, cni_file).map_err(|e| {
             CniError::from(e).context(format!(
-                "the device plugin's device-info file of device {} of resource {resource:?}",
-                device.id
+                "the device plugin's device-info file of device {id} of resource {resource:?}"
             ))
-        })
+        })?,
+        _ => false,
+    };
+    if !copied {
+        device_info_files::delete(cni_file)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    struct Kubelet {
+        pod: Option<PodDevices>,
+        offered: Option<BTreeSet<String>>,
+        calls: Cell<(u32, u32)>,
+    }
+
+    impl PodResources for Kubelet {
+        fn pod_devices(&self, _: &str, _: &str) -> Result<Option<PodDevices>, CniError> {
+            let (p, d) = self.calls.get();
+            self.calls.set((p + 1, d));
+            Ok(self.pod.clone())
+        }
+        fn device_resources(&self) -> Result<Option<BTreeSet<String>>, CniError> {
+            let (p, d) = self.calls.get();
+            self.calls.set((p, d + 1));
+            Ok(self.offered.clone())
+        }
+    }
+
+    fn pod() -> Pod {
+        Pod {
+            namespace: "ns".into(),
+            name: "p".into(),
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn device_resources_tell_a_pod_without_devices_from_a_marker_resource() {
+        let k = Kubelet {
+            pod: Some(PodDevices::from([("r/vf".into(), vec!["1".into()])])),
+            offered: Some(BTreeSet::from(["r/vf".into(), "r/other".into()])),
+            calls: Cell::new((0, 0)),
+        };
+        let d = KubeletDevices::new(&k);
+        assert_eq!(d.allocated(&pod(), "r/vf").unwrap(), Some(vec!["1".into()]));
+        // Offered by a device plugin, none for this pod: the planner says too few.
+        assert_eq!(d.allocated(&pod(), "r/other").unwrap(), Some(vec![]));
+        // Offered by none (a marker): no device needed.
+        assert_eq!(
+            d.allocated(&pod(), "bridge.network.kubevirt.io/br0")
+                .unwrap(),
+            None
+        );
+        // One question of each kind, however many resources.
+        assert_eq!(k.calls.get(), (1, 1));
+
+        let old = Kubelet { offered: None, ..k };
+        assert_eq!(
+            KubeletDevices::new(&old)
+                .allocated(&pod(), "r/other")
+                .unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_pod_the_kubelet_does_not_know_is_an_error_to_retry() {
+        let k = Kubelet {
+            pod: None,
+            offered: None,
+            calls: Cell::new((0, 0)),
+        };
+        let e = KubeletDevices::new(&k)
+            .allocated(&pod(), "r/vf")
+            .unwrap_err();
+        assert_eq!(e.code, 11);
+        assert!(e.msg.contains("does not know pod ns/p"), "{e}");
+    }
 }

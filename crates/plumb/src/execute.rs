@@ -98,8 +98,7 @@ fn list_json(list: &NetworkConfigList) -> Value {
 /// device-info file too, which is also offered to the plugins as `CNIDeviceInfoFile`
 /// (device-info spec §5.1).
 fn recorded(a: &Attachment, container_id: &str, dirs: &DeviceInfoDirs) -> RecordedAttachment {
-    let device_info_file =
-        device_info_path(dirs, a.device.as_ref(), &a.network, container_id, &a.ifname);
+    let device_info_file = device_info_path(dirs, a, container_id);
     let mut capability_args = a.capability_args.clone();
     if let Some(path) = &device_info_file {
         capability_args.insert(
@@ -115,6 +114,33 @@ fn recorded(a: &Attachment, container_id: &str, dirs: &DeviceInfoDirs) -> Record
         default: a.is_default,
         device_info_file,
     }
+}
+
+/// Deletes a recorded attachment's device-info file, once it is sure to be that attachment's:
+/// a record edited by hand or damaged must not make DEL delete another file.
+fn delete_device_info_file(
+    record: &Record,
+    a: &RecordedAttachment,
+    path: &Path,
+) -> Result<(), CniError> {
+    let expected =
+        netattach::device_info_files::cni_file_name(&a.network, &record.container_id, &a.ifname);
+    let in_cni_dir = path
+        .parent()
+        .and_then(Path::file_name)
+        .is_some_and(|d| d == "cni");
+    if !in_cni_dir || path.file_name().is_none_or(|f| *f != *expected) {
+        return Err(CniError::new(
+            cni::ErrorCode::DecodingFailure,
+            format!(
+                "the attachment record names device-info file {}, which is not this \
+                 attachment's ({expected} in a \"cni\" directory): not deleting it; check the \
+                 record",
+                path.display()
+            ),
+        ));
+    }
+    netattach::device_info_files::delete(path).map_err(CniError::from)
 }
 
 /// The configuration list of a recorded attachment.
@@ -169,8 +195,8 @@ impl Executor<'_> {
         let mut added = Vec::with_capacity(n);
         for (i, a) in attachments.iter().enumerate() {
             let r = &record.attachments[i];
-            if let (Some(device), Some(file)) = (&a.device, &r.device_info_file)
-                && let Err(e) = prepare_device_info_file(self.device_info, device, file)
+            if let Some(file) = &r.device_info_file
+                && let Err(e) = prepare_device_info_file(self.device_info, a.device.as_ref(), file)
             {
                 // Nothing of this attachment ran yet: only those before it are undone.
                 let e = e.context(describe(&a.network, &a.ifname, i, n));
@@ -234,8 +260,8 @@ impl Executor<'_> {
             attachments: record.attachments[..attempted.min(record.attachments.len())].to_vec(),
             ..record.clone()
         };
-        match self.del_record(sandbox, &sandbox.netns, &ran) {
-            Ok(()) => error,
+        match self.del_record(sandbox, &sandbox.netns, &ran, &|_| false) {
+            Ok(_) => error,
             Err(rollback) => error.with_details(format!(
                 "rolling back failed too, the attachment record is kept for DEL: {rollback}"
             )),
@@ -262,17 +288,20 @@ impl Executor<'_> {
         } else {
             netns
         };
-        self.del_record(&sandbox, netns, &record)?;
+        self.del_record(&sandbox, netns, &record, &|_| false)?;
         Ok(true)
     }
 
-    /// DEL of attachments planned now rather than recorded (DEL without a record).
+    /// DEL of attachments planned now rather than recorded (DEL without a record). A
+    /// device-backed attachment planned without its device (the kubelet no longer says which)
+    /// may fail DEL for want of it: that failure is returned as a warning for the log, since
+    /// nothing more can be learnt and failing would keep the sandbox forever.
     pub fn del_planned(
         &self,
         sandbox: &Sandbox,
         netns: &str,
         attachments: &[Attachment],
-    ) -> Result<(), CniError> {
+    ) -> Result<Vec<String>, CniError> {
         let record = Record {
             version: RECORD_VERSION,
             container_id: sandbox.container_id.clone(),
@@ -283,7 +312,9 @@ impl Executor<'_> {
             cni_args: sandbox.cni_args.clone(),
             attachments: self.recorded(&sandbox.container_id, attachments),
         };
-        self.del_record(sandbox, netns, &record)
+        let without_device =
+            |i: usize| attachments[i].resource.is_some() && attachments[i].device.is_none();
+        self.del_record(sandbox, netns, &record, &without_device)
     }
 
     fn recorded(&self, container_id: &str, attachments: &[Attachment]) -> Vec<RecordedAttachment> {
@@ -293,26 +324,48 @@ impl Executor<'_> {
             .collect()
     }
 
-    fn del_record(&self, sandbox: &Sandbox, netns: &str, record: &Record) -> Result<(), CniError> {
+    /// DEL of every attachment of `record`, in reverse, then the record. An attachment's
+    /// device-info file goes once its delegates' DEL succeeded (a retried DEL gives them the
+    /// same file). A failed DEL of an attachment that `tolerated` accepts is returned as a
+    /// warning rather than an error, and its file deleted all the same.
+    fn del_record(
+        &self,
+        sandbox: &Sandbox,
+        netns: &str,
+        record: &Record,
+        tolerated: &dyn Fn(usize) -> bool,
+    ) -> Result<Vec<String>, CniError> {
         let n = record.attachments.len();
         let mut errors = ErrorList::default();
+        let mut warnings = Vec::new();
         for (i, a) in record.attachments.iter().enumerate().rev() {
-            let outcome = recorded_list(a).and_then(|list| {
-                self.cni
-                    .del_network_list(&list, &runtime_conf(sandbox, netns, a))
-            });
-            if let Err(e) = outcome {
-                errors.push(e.context(describe(&a.network, &a.ifname, i, n)));
-            }
-            if let Some(path) = &a.device_info_file
-                && let Err(e) = netattach::device_info_files::delete(path)
-            {
-                errors.push(CniError::from(e).context(describe(&a.network, &a.ifname, i, n)));
+            let outcome = recorded_list(a)
+                .and_then(|list| {
+                    self.cni
+                        .del_network_list(&list, &runtime_conf(sandbox, netns, a))
+                })
+                .and_then(|()| match &a.device_info_file {
+                    Some(path) => delete_device_info_file(record, a, path),
+                    None => Ok(()),
+                });
+            match outcome {
+                Ok(()) => {}
+                Err(e) if tolerated(i) => {
+                    // Given up on: nothing will retry, so its file goes too.
+                    if let Some(path) = &a.device_info_file
+                        && let Err(e) = delete_device_info_file(record, a, path)
+                    {
+                        let e = e.context(describe(&a.network, &a.ifname, i, n));
+                        warnings.push(e.to_string());
+                    }
+                    warnings.push(e.context(describe(&a.network, &a.ifname, i, n)).to_string());
+                }
+                Err(e) => errors.push(e.context(describe(&a.network, &a.ifname, i, n))),
             }
         }
         errors.into_result()?;
         self.records.remove(&record.container_id)?;
-        Ok(())
+        Ok(warnings)
     }
 
     /// CHECK of every recorded attachment, in order; the first failure is returned.

@@ -72,8 +72,9 @@ impl<T: Networks + ?Sized> Networks for &T {
 /// Which devices the pod was given (the kubelet's PodResources API in production).
 pub trait Devices {
     /// The IDs of the devices of `resource` allocated to `pod`, in the order attachments take
-    /// them. None allocated is an empty list, not an error.
-    fn allocated(&self, pod: &Pod, resource: &str) -> Result<Vec<String>, CniError>;
+    /// them (none allocated is an empty list); `None` when no device plugin offers the resource,
+    /// whose attachments then need no device (KubeVirt's bridge markers, as Multus allows).
+    fn allocated(&self, pod: &Pod, resource: &str) -> Result<Option<Vec<String>>, CniError>;
 }
 
 /// The device an attachment uses (device-info spec; multus-reference.md §2.9).
@@ -105,6 +106,9 @@ pub struct Attachment {
     pub default_route: Option<Vec<IpAddr>>,
     /// Its device, when the network is device-backed or the element names one.
     pub device: Option<Device>,
+    /// The NAD's `k8s.v1.cni.cncf.io/resourceName`, when it has one (the attachment may still
+    /// have no device: see [`Devices::allocated`]).
+    pub resource: Option<String>,
 }
 
 /// The ordered attachments, and what the caller should log.
@@ -144,6 +148,7 @@ pub fn plan(
         p.selected_networks(pod)?;
     }
     check_interface_names(&p.out.attachments)?;
+    p.check_devices()?;
     Ok(p.out)
 }
 
@@ -152,9 +157,16 @@ struct Planner<'a> {
     pod: Option<&'a Pod>,
     networks: &'a dyn Networks,
     devices: Option<&'a dyn Devices>,
-    /// Per resource: the devices allocated to the pod, and how many attachments took one.
-    taken: BTreeMap<String, (Vec<String>, Vec<String>)>,
+    /// Per resource: the devices allocated to the pod, and the attachments that need one.
+    taken: BTreeMap<String, Taken>,
     out: Plan,
+}
+
+/// The devices of one resource, and the networks of the attachments that need one.
+struct Taken {
+    /// `None`: no device plugin offers the resource, so its attachments need no device.
+    allocated: Option<Vec<String>>,
+    users: Vec<String>,
 }
 
 /// A network's configuration and, when it is device-backed, its device.
@@ -162,6 +174,7 @@ struct Resolved {
     network: String,
     list: NetworkConfigList,
     device: Option<Device>,
+    resource: Option<String>,
 }
 
 impl Planner<'_> {
@@ -191,6 +204,7 @@ impl Planner<'_> {
             is_default,
             default_route: None,
             device: r.device,
+            resource: r.resource,
         });
     }
 
@@ -295,6 +309,7 @@ impl Planner<'_> {
                 network,
                 list,
                 device,
+                resource,
             } = self.nad_network(&r)?;
             check_capabilities(&network, &list, element)?;
             let list = apply_cni_args(&network, &list, &element_cni_args(element))?;
@@ -329,6 +344,7 @@ impl Planner<'_> {
                 is_default: false,
                 default_route: element.default_route.clone(),
                 device,
+                resource,
             });
         }
         Ok(())
@@ -392,12 +408,13 @@ impl Planner<'_> {
             network: r.to_string(),
             list,
             device,
+            resource: nad.resource_name().map(str::to_string),
         })
     }
 
     /// The next device of `resource` not yet taken by an earlier attachment of this pod
     /// (multus-reference.md §2.9: each attachment of a resource gets its own device, in plan
-    /// order). Too few devices fails the request, naming the resource and what was allocated.
+    /// order). Running out is reported once planning is done, with every attachment counted.
     fn take_device(&mut self, r: &NetworkRef, resource: &str) -> Result<Option<Device>, CniError> {
         let (Some(devices), Some(pod)) = (self.devices, self.pod) else {
             self.out.warnings.push(format!(
@@ -412,12 +429,45 @@ impl Planner<'_> {
                     "the devices of resource {resource:?} (network-attachment-definition {r})"
                 ))
             })?;
-            self.taken
-                .insert(resource.to_string(), (allocated, Vec::new()));
+            if allocated.is_none() {
+                self.out.warnings.push(format!(
+                    "resource {resource:?} of network-attachment-definition {r} is not offered \
+                     by a device plugin on this node (a marker resource, or a kubelet that cannot \
+                     say): its attachments run without a device"
+                ));
+            }
+            self.taken.insert(
+                resource.to_string(),
+                Taken {
+                    allocated,
+                    users: Vec::new(),
+                },
+            );
         }
-        let (allocated, users) = self.taken.get_mut(resource).expect("inserted above");
-        users.push(r.to_string());
-        let Some(id) = allocated.get(users.len() - 1) else {
+        let taken = self.taken.get_mut(resource).expect("inserted above");
+        taken.users.push(r.to_string());
+        let Some(allocated) = &taken.allocated else {
+            return Ok(None);
+        };
+        Ok(allocated.get(taken.users.len() - 1).map(|id| Device {
+            id: id.clone(),
+            resource: Some(resource.to_string()),
+        }))
+    }
+
+    /// After planning: a resource with fewer devices than attachments fails the plan, before
+    /// anything runs, with the whole count.
+    fn check_devices(&self) -> Result<(), CniError> {
+        let Some(pod) = self.pod else {
+            return Ok(());
+        };
+        for (resource, taken) in &self.taken {
+            let Some(allocated) = &taken.allocated else {
+                continue;
+            };
+            if taken.users.len() <= allocated.len() {
+                continue;
+            }
             return Err(invalid(format!(
                 "pod {}/{} has {} attachment(s) of device resource {resource:?} ({}) but the \
                  kubelet allocated {} device(s) of it to the pod{}: each attachment needs its own \
@@ -425,8 +475,8 @@ impl Planner<'_> {
                  attachment",
                 pod.namespace,
                 pod.name,
-                users.len(),
-                users.join(", "),
+                taken.users.len(),
+                taken.users.join(", "),
                 allocated.len(),
                 if allocated.is_empty() {
                     String::new()
@@ -434,11 +484,8 @@ impl Planner<'_> {
                     format!(" ({})", allocated.join(", "))
                 }
             )));
-        };
-        Ok(Some(Device {
-            id: id.clone(),
-            resource: Some(resource.to_string()),
-        }))
+        }
+        Ok(())
     }
 
     /// `clusterNetwork` or a `defaultNetworks` entry (multus-reference §1.1): a name is a NAD
@@ -474,6 +521,7 @@ impl Resolved {
             network: list.name.clone(),
             list,
             device: None,
+            resource: None,
         }
     }
 }

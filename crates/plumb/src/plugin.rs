@@ -406,9 +406,20 @@ impl Plumb<'_> {
             ));
             return Ok(());
         }
-        // Without devices: the kubelet may have forgotten a pod that is going away, and
-        // SR-IOV-style plugins undo a DEL from their own cache, not from the device ID.
-        let plan = match call.plan(pod.as_ref(), &args.ifname, None) {
+        // With the pod's devices if the kubelet still has them (host-device needs its device
+        // to DEL); else without, and a failed DEL of such an attachment is only logged.
+        let devices = KubeletDevices::new(&call.kubelet);
+        let planned = call
+            .plan(pod.as_ref(), &args.ifname, Some(&devices))
+            .or_else(|e| {
+                call.log.verbose(&format!(
+                    "{}: no attachment record, and the pod's devices are not known ({e}): \
+                     planning DEL without them",
+                    who(&call.pod_args, &args.container_id)
+                ));
+                call.plan(pod.as_ref(), &args.ifname, None)
+            });
+        let plan = match planned {
             Ok(p) => p,
             // The same error failed ADD before anything ran: there is nothing to undo.
             Err(e) => {
@@ -420,7 +431,13 @@ impl Plumb<'_> {
                 return Ok(());
             }
         };
-        exec.del_planned(&sandbox, &args.netns, &plan.attachments)
+        for w in exec.del_planned(&sandbox, &args.netns, &plan.attachments)? {
+            call.log.error(&format!(
+                "{}: DEL without its device failed, and is not retried: {w}",
+                who(&call.pod_args, &args.container_id)
+            ));
+        }
+        Ok(())
     }
 
     /// Every network plumb knows of: the configured ones, and those of recorded sandboxes. A

@@ -16,6 +16,7 @@
 //! and checked in, so plumb's build needs no code generator; testkit's build regenerates it and
 //! a test fails when the two differ (the file's header says how to update it).
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::io;
 use std::os::unix::fs::FileTypeExt;
@@ -37,7 +38,7 @@ use tonic::{Code, Status};
 mod v1;
 
 use self::v1::pod_resources_lister_client::PodResourcesListerClient;
-use self::v1::{GetPodResourcesRequest, ListPodResourcesRequest};
+use self::v1::{AllocatableResourcesRequest, GetPodResourcesRequest, ListPodResourcesRequest};
 
 /// Device IDs allocated to one pod's containers, per resource name: every container's IDs of
 /// that resource, sorted and deduplicated (Multus sorts them, multus-reference §2.9).
@@ -45,9 +46,15 @@ pub type PodDevices = std::collections::BTreeMap<String, Vec<String>>;
 
 /// The kubelet's PodResources API as plumb uses it.
 pub trait PodResources {
-    /// The devices allocated to pod `namespace/name`. A pod the kubelet does not know gives an
-    /// empty map.
-    fn pod_devices(&self, namespace: &str, name: &str) -> Result<PodDevices, CniError>;
+    /// The devices allocated to pod `namespace/name`; `None` when the kubelet does not know the
+    /// pod.
+    fn pod_devices(&self, namespace: &str, name: &str) -> Result<Option<PodDevices>, CniError>;
+
+    /// The resources the node's device plugins offer (`GetAllocatableResources`); `None` when
+    /// the kubelet cannot say (it lacks the method). A resource a NAD names that is not among
+    /// them is no device plugin's (KubeVirt's bridge and OVS markers only count capacity), so
+    /// its attachments run without a device, as in Multus.
+    fn device_resources(&self) -> Result<Option<BTreeSet<String>>, CniError>;
 }
 
 /// Where the kubelet serves the API: `pod-resources/kubelet.sock` in its `--root-dir`, which is
@@ -83,7 +90,7 @@ impl KubeletPodResources {
         &self.socket
     }
 
-    async fn query(&self, namespace: &str, name: &str) -> Result<PodDevices, CniError> {
+    async fn query(&self, namespace: &str, name: &str) -> Result<Option<PodDevices>, CniError> {
         let mut client = self.connect().await?;
         let get = GetPodResourcesRequest {
             pod_name: name.to_owned(),
@@ -91,11 +98,13 @@ impl KubeletPodResources {
         };
         let what = format!("Get pod {namespace}/{name}");
         match self.ask(&what, client.get(get)).await? {
-            Ok(reply) => Ok(reply
-                .pod_resources
-                .as_ref()
-                .map(devices)
-                .unwrap_or_default()),
+            Ok(reply) => Ok(Some(
+                reply
+                    .pod_resources
+                    .as_ref()
+                    .map(devices)
+                    .unwrap_or_default(),
+            )),
             Err(status) if get_unavailable(&status) => {
                 let reply = self
                     .ask("List", client.list(ListPodResourcesRequest {}))
@@ -105,13 +114,37 @@ impl KubeletPodResources {
                     .pod_resources
                     .iter()
                     .find(|p| p.namespace == namespace && p.name == name)
-                    .map(devices)
-                    .unwrap_or_default())
+                    .map(devices))
             }
             // The kubelet answers Get and List from the same pods (List only from the active
             // ones), so a pod that Get does not find is not in List either: no need to ask.
-            Err(status) if pod_not_found(&status) => Ok(PodDevices::new()),
+            Err(status) if pod_not_found(&status) => Ok(None),
             Err(status) => Err(self.status_error(&what, &status)),
+        }
+    }
+
+    async fn allocatable(&self) -> Result<Option<BTreeSet<String>>, CniError> {
+        let mut client = self.connect().await?;
+        let what = "GetAllocatableResources";
+        match self
+            .ask(
+                what,
+                client.get_allocatable_resources(AllocatableResourcesRequest {}),
+            )
+            .await?
+        {
+            Ok(reply) => Ok(Some(
+                reply
+                    .devices
+                    .into_iter()
+                    .filter(|d| !d.resource_name.is_empty())
+                    .map(|d| d.resource_name)
+                    .collect(),
+            )),
+            // Before 1.23 (beta) the method is missing or behind the
+            // KubeletPodResourcesGetAllocatable feature gate.
+            Err(status) if get_unavailable(&status) => Ok(None),
+            Err(status) => Err(self.status_error(what, &status)),
         }
     }
 
@@ -248,18 +281,29 @@ impl KubeletPodResources {
     }
 }
 
-impl PodResources for KubeletPodResources {
-    fn pod_devices(&self, namespace: &str, name: &str) -> Result<PodDevices, CniError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
+impl KubeletPodResources {
+    fn block_on<T>(&self, f: impl Future<Output = Result<T, CniError>>) -> Result<T, CniError> {
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| CniError::new(ErrorCode::Internal, format!("tokio runtime: {e}")))?;
-        rt.block_on(self.query(namespace, name))
+            .map_err(|e| CniError::new(ErrorCode::Internal, format!("tokio runtime: {e}")))?
+            .block_on(f)
     }
 }
 
-/// A kubelet without `Get` (UNIMPLEMENTED, before 1.27), or with it switched off by the
-/// `KubeletPodResourcesGet` feature gate (UNKNOWN "PodResources API Get method disabled").
+impl PodResources for KubeletPodResources {
+    fn pod_devices(&self, namespace: &str, name: &str) -> Result<Option<PodDevices>, CniError> {
+        self.block_on(self.query(namespace, name))
+    }
+
+    fn device_resources(&self) -> Result<Option<BTreeSet<String>>, CniError> {
+        self.block_on(self.allocatable())
+    }
+}
+
+/// A kubelet without the method (UNIMPLEMENTED: `Get` before 1.27), or with it switched off by
+/// a feature gate (UNKNOWN "PodResources API Get method disabled", and the same wording for
+/// `GetAllocatableResources`).
 fn get_unavailable(s: &Status) -> bool {
     s.code() == Code::Unimplemented
         || (s.code() == Code::Unknown && s.message().contains("disabled"))

@@ -1,8 +1,8 @@
 //! Attachment records: what plumb did to a pod sandbox, kept on disk so that DEL can always undo
 //! what ADD began (multi-net spec §7.2; DESIGN.md "The way of one ADD").
 //!
-//! One file per sandbox, `<stateDir>/<containerID>.json`, written atomically (temporary file,
-//! fsync, rename: see [`cni::cache::write_durable`] for why the directory is not fsynced) with
+//! One file per sandbox, `<stateDir>/<containerID>.json`, written atomically and durably
+//! (temporary file, fsync, rename, directory fsync: [`cni::cache::write_durable`]) with
 //! every planned attachment *before* the first one runs, so a crash or a kill at any point leaves
 //! a record that names every delegate that may have done something (DEL of an attachment that
 //! never ran is harmless: DEL is idempotent). DEL reads it, so it needs neither the pod, the

@@ -202,6 +202,19 @@ pub fn attach(a: &AttachArgs, out: &mut dyn Write) -> Result<(), CniError> {
         },
     };
     let plan = plan::plan(&config, Some(&pod), "eth0", &*store.networks(), None)?;
+    // Without a kubelet there is no device allocation: running an SR-IOV-style delegate
+    // without its device would fail later, less clearly.
+    if let Some(a) = plan.attachments.iter().find(|a| a.resource.is_some()) {
+        return Err(CniError::new(
+            ErrorCode::UnsupportedField,
+            format!(
+                "network {} is backed by device resource {:?}: plumb attach cannot allocate \
+                 devices (the kubelet does, for pods)",
+                a.network,
+                a.resource.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
     for w in &plan.warnings {
         eprintln!("plumb attach: warning: {w}");
     }

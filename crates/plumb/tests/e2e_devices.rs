@@ -289,6 +289,10 @@ fn a_missing_kubelet_socket_fails_clearly_and_leaves_nothing() {
     n.kubelet = None;
     let ns = Netns::new();
     let e = err(&n.call("ADD", &ns, "vf-pod", "cd2"));
+    assert_eq!(
+        e["code"], 11,
+        "the kubelet may be restarting: try again later"
+    );
     let msg = e["msg"].as_str().unwrap();
     assert!(
         msg.contains(&n.socket.display().to_string()) && msg.contains("intel.com/sriov"),
@@ -327,8 +331,10 @@ fn too_few_devices_for_the_pod_fail_clearly_and_leave_nothing() {
     assert!(n.sriov_a.calls().is_empty() && n.sriov_b.calls().is_empty());
     n.assert_nothing_left(&ns, "cd3");
 
-    // A pod the kubelet gave no device of the resource at all.
+    // A pod the kubelet gave no device of the resource at all, which the node's device plugin
+    // does offer.
     n.kubelet().set_pod("default", "vf-pod", vec![]);
+    n.kubelet().set_free(RESOURCE, &["0000:18:02.7"]);
     let e = err(&n.call("ADD", &ns, "vf-pod", "cd3"));
     assert!(
         e["msg"].as_str().unwrap().contains("allocated 0 device(s)"),
@@ -387,4 +393,153 @@ fn device_info_a_delegate_leaves_unreadable_is_logged_and_left_out_of_the_status
     assert!(status[1].get("device-info").is_none(), "{:?}", status[1]);
     ok(&n.call("DEL", &ns, "vf-pod", "cd5"));
     n.assert_nothing_left(&ns, "cd5");
+}
+
+#[test]
+fn a_marker_resource_no_device_plugin_offers_attaches_without_a_device() {
+    let n = DeviceNode::new(216);
+    // KubeVirt's bridge marker: the NAD names a resource that only counts node capacity.
+    n.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "sriov-a",
+            Some("bridge.network.kubevirt.io/br0"),
+            json!({"cniVersion": "1.0.0", "type": "sriov-a"}),
+        ),
+    );
+    n.pod("vm-pod", "sriov-a");
+    n.kubelet().set_pod("default", "vm-pod", vec![]);
+    let ns = Netns::new();
+    ok(&n.call("ADD", &ns, "vm-pod", "cd6"));
+    let stdin = n.sriov_a.calls_of("ADD")[0].stdin_json();
+    assert!(stdin.get("deviceID").is_none(), "{stdin}");
+    ok(&n.call("DEL", &ns, "vm-pod", "cd6"));
+    n.assert_nothing_left(&ns, "cd6");
+}
+
+#[test]
+fn del_without_a_record_asks_the_kubelet_and_tolerates_its_absence() {
+    let mut n = DeviceNode::new(217);
+    n.pod("vf-pod", "sriov-a");
+    n.kubelet().set_pod(
+        "default",
+        "vf-pod",
+        vec![ContainerDevices::new("app", RESOURCE, &["0000:18:02.2"])],
+    );
+    n.write_dp_file("0000:18:02.2", DP_INFO);
+    let ns = Netns::new();
+    ok(&n.call("ADD", &ns, "vf-pod", "cd7"));
+    let file = n.devinfo("cni/default-sriov-a-cd7_net1");
+    assert!(file.exists());
+
+    // The record is lost (a pod added by Multus before the migration looks the same): DEL
+    // plans from the API, gets the device from the kubelet again, and removes the file.
+    fs::remove_file(n.node.record("cd7")).unwrap();
+    ok(&n.call("DEL", &ns, "vf-pod", "cd7"));
+    let del = n.sriov_a.calls_of("DEL");
+    assert_eq!(del.len(), 1);
+    assert_eq!(del[0].stdin_json()["deviceID"], "0000:18:02.2");
+    assert_eq!(
+        del[0].stdin_json()["runtimeConfig"]["CNIDeviceInfoFile"],
+        file.display().to_string()
+    );
+    n.assert_nothing_left(&ns, "cd7");
+
+    // Again with the kubelet gone and a delegate that cannot DEL without its device (as
+    // host-device cannot): the DEL succeeds, and the failure is logged for the operator.
+    ok(&n.call("ADD", &ns, "vf-pod", "cd8"));
+    fs::remove_file(n.node.record("cd8")).unwrap();
+    n.kubelet = None;
+    n.sriov_a.fail(
+        "DEL",
+        7,
+        "specify either \"device\", \"hwaddr\", \"kernelpath\" or \"pciBusID\"",
+    );
+    let out = n.call("DEL", &ns, "vf-pod", "cd8");
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("DEL without its device failed, and is not retried")
+            && stderr.contains("pciBusID"),
+        "{stderr}"
+    );
+    n.assert_nothing_left(&ns, "cd8");
+}
+
+#[test]
+fn a_plugin_declaring_cni_device_info_file_gets_one_without_a_device() {
+    let n = DeviceNode::new(218);
+    // No resource (a vhost-user network, say): device-info spec §5.1.1 still gives the file.
+    n.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "sriov-b",
+            None,
+            json!({"cniVersion": "1.0.0", "type": "sriov-b",
+                   "capabilities": {"CNIDeviceInfoFile": true}}),
+        ),
+    );
+    n.pod("vhost-pod", "sriov-b,sriov-a");
+    n.kubelet().set_pod(
+        "default",
+        "vhost-pod",
+        vec![ContainerDevices::new("app", RESOURCE, &["0000:18:02.4"])],
+    );
+    // A file an earlier, undeleted ADD left for sriov-a (no device plugin file this time): it
+    // must not pass for this attachment's.
+    let stale = n.devinfo("cni/default-sriov-a-cd9_net2");
+    fs::create_dir_all(stale.parent().unwrap()).unwrap();
+    fs::write(&stale, DP_INFO).unwrap();
+    let ns = Netns::new();
+    ok(&n.call("ADD", &ns, "vhost-pod", "cd9"));
+    let file_b = n.devinfo("cni/default-sriov-b-cd9_net1");
+    let stdin = n.sriov_b.calls_of("ADD")[0].stdin_json();
+    assert_eq!(
+        stdin["runtimeConfig"]["CNIDeviceInfoFile"],
+        file_b.display().to_string(),
+        "{stdin}"
+    );
+    assert!(stdin.get("deviceID").is_none(), "{stdin}");
+    let status = n.status_of("vhost-pod");
+    assert_eq!(
+        status[1]["device-info"],
+        serde_json::from_str::<Value>(PLUGIN_INFO).unwrap()
+    );
+    assert!(!stale.exists(), "the stale file was removed before ADD");
+    assert!(status[2].get("device-info").is_none(), "{:?}", status[2]);
+    ok(&n.call("DEL", &ns, "vhost-pod", "cd9"));
+    n.assert_nothing_left(&ns, "cd9");
+}
+
+#[test]
+fn del_never_deletes_a_file_a_damaged_record_names() {
+    let n = DeviceNode::new(219);
+    n.pod("vf-pod", "sriov-a");
+    n.kubelet().set_pod(
+        "default",
+        "vf-pod",
+        vec![ContainerDevices::new("app", RESOURCE, &["0000:18:02.2"])],
+    );
+    let ns = Netns::new();
+    ok(&n.call("ADD", &ns, "vf-pod", "cd10"));
+    let victim = n.node.path("precious.json");
+    fs::write(&victim, "{}").unwrap();
+    let record_path = n.node.record("cd10");
+    let mut record = read_json(&record_path);
+    record["attachments"][1]["deviceInfoFile"] = json!(victim);
+    fs::write(&record_path, record.to_string()).unwrap();
+
+    let e = err(&n.call("DEL", &ns, "vf-pod", "cd10"));
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("names device-info file") && msg.contains("precious.json"),
+        "{e}"
+    );
+    assert!(victim.exists());
+    // The record stays for the operator, who can fix it and DEL again.
+    assert!(record_path.exists());
+    record["attachments"][1]["deviceInfoFile"] = json!(n.devinfo("cni/default-sriov-a-cd10_net1"));
+    fs::write(&record_path, record.to_string()).unwrap();
+    ok(&n.call("DEL", &ns, "vf-pod", "cd10"));
+    n.assert_nothing_left(&ns, "cd10");
 }

@@ -62,12 +62,9 @@ fn pod_a_devices() -> PodDevices {
     ])
 }
 
-fn error(result: Result<PodDevices, CniError>) -> CniError {
+fn error(result: Result<Option<PodDevices>, CniError>) -> CniError {
     match result {
-        Ok(devices) => panic!(
-            "expected an error, got devices of {:?}",
-            devices.keys().collect::<Vec<_>>()
-        ),
+        Ok(devices) => panic!("expected an error, got {devices:?}"),
         Err(e) => e,
     }
 }
@@ -86,14 +83,17 @@ fn get_gives_every_containers_devices_per_resource_sorted() {
     let client = KubeletPodResources::new(&k.socket);
     assert_eq!(
         client.pod_devices("default", "pod-a").unwrap(),
-        pod_a_devices()
+        Some(pod_a_devices())
     );
     assert_eq!(k.stand_in.requests(), ["Get default/pod-a"]);
 
     // The same pod name in another namespace is another pod.
     assert_eq!(
         client.pod_devices("other", "pod-a").unwrap(),
-        PodDevices::from([(SRIOV.to_owned(), vec!["0000:81:00.1".to_owned()])])
+        Some(PodDevices::from([(
+            SRIOV.to_owned(),
+            vec!["0000:81:00.1".to_owned()]
+        )]))
     );
 }
 
@@ -104,7 +104,7 @@ fn list_is_asked_when_the_kubelet_has_no_get() {
     let client = KubeletPodResources::new(&k.socket);
     assert_eq!(
         client.pod_devices("default", "pod-a").unwrap(),
-        pod_a_devices()
+        Some(pod_a_devices())
     );
     assert_eq!(k.stand_in.requests(), ["Get default/pod-a", "List"]);
 }
@@ -116,33 +116,24 @@ fn list_is_asked_when_get_is_disabled_by_the_feature_gate() {
     let client = KubeletPodResources::new(&k.socket);
     assert_eq!(
         client.pod_devices("default", "pod-a").unwrap(),
-        pod_a_devices()
+        Some(pod_a_devices())
     );
     assert_eq!(k.stand_in.requests(), ["Get default/pod-a", "List"]);
 
-    // A pod List does not show has no devices.
-    assert_eq!(
-        client.pod_devices("default", "ghost").unwrap(),
-        PodDevices::new()
-    );
+    // A pod List does not show is unknown.
+    assert_eq!(client.pod_devices("default", "ghost").unwrap(), None);
 }
 
 #[test]
-fn a_pod_the_kubelet_does_not_know_has_no_devices() {
+fn a_pod_the_kubelet_does_not_know_is_none() {
     let k = kubelet();
     let client = KubeletPodResources::new(&k.socket);
-    assert_eq!(
-        client.pod_devices("default", "ghost").unwrap(),
-        PodDevices::new()
-    );
+    assert_eq!(client.pod_devices("default", "ghost").unwrap(), None);
     // Get's "not found" is the answer: List is not asked as well.
     assert_eq!(k.stand_in.requests(), ["Get default/ghost"]);
 
     k.stand_in.remove_pod("default", "pod-a");
-    assert_eq!(
-        client.pod_devices("default", "pod-a").unwrap(),
-        PodDevices::new()
-    );
+    assert_eq!(client.pod_devices("default", "pod-a").unwrap(), None);
 }
 
 #[test]
@@ -152,7 +143,7 @@ fn a_pod_without_devices_has_an_empty_map() {
     let client = KubeletPodResources::new(&k.socket);
     assert_eq!(
         client.pod_devices("default", "plain").unwrap(),
-        PodDevices::new()
+        Some(PodDevices::new())
     );
 }
 
@@ -171,7 +162,7 @@ fn replies_beyond_grpcs_default_4_mib_are_read_up_to_16_mib() {
         vec![ContainerDevices::new("c", SRIOV, &refs)],
     );
     let client = KubeletPodResources::new(&k.socket);
-    let devices = client.pod_devices("default", "big").unwrap();
+    let devices = client.pod_devices("default", "big").unwrap().unwrap();
     assert_eq!(devices[SRIOV].len(), 50_000);
 
     // About 18.5 MiB: refused with a clear error, not read.
@@ -241,7 +232,7 @@ fn a_kubelet_that_stops_between_calls_gives_an_error_then_works_again() {
     let client = KubeletPodResources::new(&k.socket);
     assert_eq!(
         client.pod_devices("default", "pod-a").unwrap(),
-        pod_a_devices()
+        Some(pod_a_devices())
     );
 
     let Kubelet {
@@ -263,7 +254,10 @@ fn a_kubelet_that_stops_between_calls_gives_an_error_then_works_again() {
     );
     assert_eq!(
         client.pod_devices("default", "pod-a").unwrap(),
-        PodDevices::from([(SRIOV.to_owned(), vec!["0000:03:00.2".to_owned()])])
+        Some(PodDevices::from([(
+            SRIOV.to_owned(),
+            vec!["0000:03:00.2".to_owned()]
+        )]))
     );
 }
 
@@ -308,4 +302,21 @@ fn a_kubelet_that_never_answers_gives_a_timeout_error() {
         "{e}"
     );
     assert_eq!(e.kind(), ErrorCode::TryAgainLater);
+}
+
+#[test]
+fn device_resources_are_what_the_nodes_device_plugins_offer() {
+    let k = kubelet();
+    k.stand_in.set_free("example.com/fpga", &["fpga-0"]);
+    let client = KubeletPodResources::new(&k.socket);
+    let resources = client.device_resources().unwrap().unwrap();
+    assert!(resources.contains(SRIOV), "{resources:?}");
+    assert!(resources.contains("example.com/fpga"), "{resources:?}");
+    // A marker resource (KubeVirt's bridge marker only counts capacity) is not a device one.
+    assert!(!resources.contains("bridge.network.kubevirt.io/br0"));
+    assert_eq!(k.stand_in.requests(), ["GetAllocatableResources"]);
+
+    // A kubelet without the method cannot say.
+    k.stand_in.set_allocatable_unimplemented(true);
+    assert_eq!(client.device_resources().unwrap(), None);
 }

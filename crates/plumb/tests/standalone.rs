@@ -225,3 +225,46 @@ fn status_prints_a_pods_network_status_as_a_table() {
         String::from_utf8_lossy(&out.stderr).contains("no \"k8s.v1.cni.cncf.io/network-status\"")
     );
 }
+
+#[test]
+fn attach_refuses_a_device_backed_network_it_cannot_give_a_device() {
+    testkit::netns::require_root();
+    let node = Node::new();
+    let nads = node.path("nads");
+    std::fs::create_dir_all(&nads).unwrap();
+    std::fs::write(
+        nads.join("vf.json"),
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"name": "vf",
+                            "annotations": {"k8s.v1.cni.cncf.io/resourceName": "intel.com/sriov"}},
+               "spec": {"config": json!({"cniVersion": "1.0.0", "type": "host-device"}).to_string()}})
+        .to_string(),
+    )
+    .unwrap();
+    let b0 = unique_name("sr");
+    let _link = Link::adopt(&b0);
+    let config = node.config(json!({"delegates": [node.bridge("default-net", &b0, 9)]}));
+    let config_file = node.path("plumb.conf");
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    let ns = Netns::new();
+    let out = plumb(&[
+        "attach",
+        "--netns",
+        ns.name(),
+        "--networks",
+        "vf",
+        "--nads",
+        s(&nads),
+        "--config",
+        s(&config_file),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("network default/vf is backed by device resource \"intel.com/sriov\""),
+        "{stderr}"
+    );
+    // Refused before anything ran.
+    assert_eq!(ns.links(), ["lo"]);
+    assert_eq!(node.all_allocations(), 0);
+}

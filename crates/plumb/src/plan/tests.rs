@@ -548,14 +548,15 @@ struct FakeDevices {
 }
 
 impl Devices for FakeDevices {
-    fn allocated(&self, pod: &Pod, resource: &str) -> Result<Vec<String>, CniError> {
+    /// Resources not in `allocated` are no device plugin's.
+    fn allocated(&self, pod: &Pod, resource: &str) -> Result<Option<Vec<String>>, CniError> {
         self.asked
             .borrow_mut()
             .push(format!("{}/{} {resource}", pod.namespace, pod.name));
         if self.fail {
             return Err(CniError::new(ErrorCode::TryAgainLater, "kubelet is down"));
         }
-        Ok(self.allocated.get(resource).cloned().unwrap_or_default())
+        Ok(self.allocated.get(resource).cloned())
     }
 }
 
@@ -642,7 +643,7 @@ fn attachments_of_one_resource_take_distinct_devices_in_selection_order() {
 }
 
 #[test]
-fn too_few_devices_fail_the_plan_naming_the_resource_and_the_networks() {
+fn too_few_devices_fail_the_plan_counting_every_attachment_of_the_resource() {
     for (ids, allocated) in [
         (
             &["0000:18:02.2"][..],
@@ -655,7 +656,7 @@ fn too_few_devices_fail_the_plan_naming_the_resource_and_the_networks() {
             &config(json!({})),
             Some(&pod(
                 "default",
-                &[(NETWORKS_ANNOTATION, "net-a,other-ns/net-b")],
+                &[(NETWORKS_ANNOTATION, "net-a,other-ns/net-b,net-a@sr3")],
             )),
             "eth0",
             &sriov_cluster(),
@@ -663,14 +664,46 @@ fn too_few_devices_fail_the_plan_naming_the_resource_and_the_networks() {
         )
         .unwrap_err();
         assert_eq!(e.code, 7, "{e}");
-        let want_count = if ids.is_empty() { 1 } else { 2 };
         assert!(
-            e.msg.contains(&format!(
-                "pod default/web has {want_count} attachment(s) of device resource \"intel.com/sriov\""
-            )) && e.msg.contains(allocated),
+            e.msg.contains(
+                "pod default/web has 3 attachment(s) of device resource \"intel.com/sriov\" \
+                 (default/net-a, other-ns/net-b, default/net-a)"
+            ) && e.msg.contains(allocated),
             "{e}"
         );
     }
+}
+
+#[test]
+fn a_resource_no_device_plugin_offers_needs_no_device() {
+    // KubeVirt's bridge marker: the NAD names a resource that only counts capacity.
+    let fake = with_resource(cluster(), "default/net-a", "bridge.network.kubevirt.io/br0");
+    let devs = devices("intel.com/sriov", &["0000:18:02.2"]);
+    let p = plan(
+        &config(json!({})),
+        Some(&pod("default", &[(NETWORKS_ANNOTATION, "net-a,net-a@b2")])),
+        "eth0",
+        &fake,
+        Some(&devs),
+    )
+    .unwrap();
+    for a in &p.attachments[1..] {
+        assert_eq!(a.device, None);
+        assert_eq!(
+            a.resource.as_deref(),
+            Some("bridge.network.kubevirt.io/br0")
+        );
+        assert!(!a.list.plugins[0].raw.contains_key("deviceID"));
+    }
+    assert_eq!(
+        p.warnings
+            .iter()
+            .filter(|w| w.contains("is not offered by a device plugin on this node"))
+            .count(),
+        1,
+        "{:?}",
+        p.warnings
+    );
 }
 
 #[test]

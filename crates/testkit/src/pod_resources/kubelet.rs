@@ -15,6 +15,10 @@ pub(crate) struct State {
     /// (namespace, name) → the pod's devices, in the order the test gave them.
     pub pods: BTreeMap<(String, String), Vec<ContainerDevices>>,
     pub get_mode: GetMode,
+    /// Devices the node's device plugins offer that no pod holds, per resource.
+    pub free: BTreeMap<String, Vec<String>>,
+    /// `GetAllocatableResources` answers UNIMPLEMENTED (kubelets before the feature).
+    pub allocatable_unimplemented: bool,
     pub requests: Vec<String>,
 }
 
@@ -80,14 +84,25 @@ impl PodResourcesLister for Kubelet {
         }))
     }
 
-    /// Every device the stand-in knows, one entry per resource. The kubelet also lists devices
-    /// that no pod holds; the stand-in only knows the ones it was told are allocated.
+    /// Every device the stand-in knows, one entry per resource: those pods hold and those the
+    /// test said are free.
     async fn get_allocatable_resources(
         &self,
         _: Request<v1::AllocatableResourcesRequest>,
     ) -> Result<Response<v1::AllocatableResourcesResponse>, Status> {
         let state = self.log("GetAllocatableResources".to_owned());
+        if state.allocatable_unimplemented {
+            return Err(Status::unimplemented(
+                "unknown method GetAllocatableResources for service v1.PodResourcesLister",
+            ));
+        }
         let mut by_resource: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (resource, ids) in &state.free {
+            by_resource
+                .entry(resource)
+                .or_default()
+                .extend(ids.iter().cloned());
+        }
         for d in state.pods.values().flatten() {
             by_resource
                 .entry(&d.resource)

@@ -22,8 +22,8 @@
 //!
 //! Simpler than the kubelet: pods hold only device-plugin devices (no CPU IDs, memory, NUMA
 //! topology or DRA claims); only pods a test set are known, and all of them are "active";
-//! `GetAllocatableResources` returns the devices that pods hold (the kubelet also lists free
-//! ones); it is served by hyper's HTTP/2 server directly, without tonic's server layers
+//! `GetAllocatableResources` returns the devices that pods hold and those set free with
+//! `set_free` (no topology); it is served by hyper's HTTP/2 server directly, without tonic's server layers
 //! (so a client's `grpc-timeout` is not enforced).
 
 mod kubelet;
@@ -153,6 +153,20 @@ impl PodResourcesStandIn {
 
     pub fn set_get_mode(&self, mode: GetMode) {
         lock(&self.state).get_mode = mode;
+    }
+
+    /// Devices of `resource` the node's device plugins offer and no pod holds (they appear in
+    /// `GetAllocatableResources`, as on a real node).
+    pub fn set_free(&self, resource: &str, device_ids: &[&str]) {
+        lock(&self.state).free.insert(
+            resource.to_owned(),
+            device_ids.iter().map(|id| (*id).to_owned()).collect(),
+        );
+    }
+
+    /// `GetAllocatableResources` answers UNIMPLEMENTED, as kubelets before it do.
+    pub fn set_allocatable_unimplemented(&self, unimplemented: bool) {
+        lock(&self.state).allocatable_unimplemented = unimplemented;
     }
 
     /// Every request answered so far, oldest first: `"List"`, `"GetAllocatableResources"`,
