@@ -5,9 +5,10 @@
 //! - ADD stops at the first failure (§7.2 "attachments that have not yet been performed shall
 //!   not be attempted") and rolls back what it did, in reverse, before returning the error; the
 //!   record is kept if the rollback itself failed, so the runtime's DEL finishes the job.
-//! - An attachment with a device gets its device-info file (device-info spec §4.2): the device
-//!   plugin's file copied there before its ADD, read back after it for the network-status, and
-//!   deleted by DEL (the record names it, so DEL needs no kubelet).
+//! - An attachment with a device, a device resource or a plugin declaring `CNIDeviceInfoFile`
+//!   gets its device-info file (device-info spec §4.2, §5.1): the device plugin's file copied
+//!   there before its ADD, read back after it for the network-status, and deleted by DEL (the
+//!   record names it, so DEL needs no kubelet).
 //! - DEL works from the record alone (no pod, NAD or API server needed), in reverse, keeps
 //!   going past failures and reports every one of them; the record goes last, and only when
 //!   everything was undone.
@@ -94,9 +95,9 @@ fn list_json(list: &NetworkConfigList) -> Value {
     Value::Object(raw)
 }
 
-/// What the record keeps of an attachment of sandbox `container_id`: with a device, its
-/// device-info file too, which is also offered to the plugins as `CNIDeviceInfoFile`
-/// (device-info spec §5.1).
+/// What the record keeps of an attachment of sandbox `container_id`: its device-info file too
+/// when it has one ([`device_info_path`]), which is also offered to the plugins as
+/// `CNIDeviceInfoFile` (device-info spec §5.1).
 fn recorded(a: &Attachment, container_id: &str, dirs: &DeviceInfoDirs) -> RecordedAttachment {
     let device_info_file = device_info_path(dirs, a, container_id);
     let mut capability_args = a.capability_args.clone();
