@@ -44,8 +44,8 @@ impl Devices for KubeletDevices<'_> {
             .get_or_init(|| self.kubelet.pod_devices(&pod.namespace, &pod.name))
             .clone()?
             .ok_or_else(|| {
-                // The kubelet admits a pod before its sandbox is made: not knowing it yet (or
-                // any more) passes.
+                // The kubelet admits a pod before it asks for the pod's sandbox, so not
+                // knowing the pod is a passing state (or the pod is already gone): code 11.
                 CniError::new(
                     cni::ErrorCode::TryAgainLater,
                     format!(
