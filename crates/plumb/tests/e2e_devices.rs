@@ -543,3 +543,32 @@ fn del_never_deletes_a_file_a_damaged_record_names() {
     ok(&n.call("DEL", &ns, "vf-pod", "cd10"));
     n.assert_nothing_left(&ns, "cd10");
 }
+
+#[test]
+fn a_later_delegate_failing_rolls_back_the_device_info_files_too() {
+    let n = DeviceNode::new(220);
+    n.pod("vf-pod", "sriov-a,sriov-b");
+    n.kubelet().set_pod(
+        "default",
+        "vf-pod",
+        vec![ContainerDevices::new(
+            "app",
+            RESOURCE,
+            &["0000:18:02.2", "0000:18:02.3"],
+        )],
+    );
+    n.write_dp_file("0000:18:02.2", DP_INFO);
+    n.sriov_b.fail("ADD", 11, "VF 0000:18:02.3 is busy");
+    let ns = Netns::new();
+    let e = err(&n.call("ADD", &ns, "vf-pod", "cd11"));
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("VF 0000:18:02.3 is busy"),
+        "{e}"
+    );
+    // sriov-a ran and got its file; the rollback DELeted it and removed the file.
+    assert_eq!(n.sriov_a.calls_of("DEL").len(), 1);
+    n.assert_nothing_left(&ns, "cd11");
+}
