@@ -206,46 +206,29 @@ impl RawExec {
             CniError::new(ErrorCode::Io, format!("cannot execute plugin {name}: {e}"))
         })?;
         let deadline = Instant::now() + self.timeout;
-        let (stdout, stderr) = match self.communicate(&mut child, stdin, deadline) {
-            Ok(out) => out,
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(match e {
-                    Communication::TimedOut => CniError::new(
-                        ErrorCode::TryAgainLater,
-                        format!(
-                            "plugin {name} did not finish within {:?} and was killed",
-                            self.timeout
-                        ),
-                    ),
-                    Communication::Io(e) => {
-                        CniError::new(ErrorCode::Io, format!("cannot talk to plugin {name}: {e}"))
-                    }
-                });
-            }
-        };
-        let status = match wait_until(&mut child, deadline) {
-            Ok(Some(status)) => status,
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(CniError::new(
+        let outcome = self
+            .communicate(&mut child, stdin, deadline)
+            .and_then(|output| match wait_until(&mut child, deadline) {
+                Ok(Some(status)) => Ok((status, output)),
+                Ok(None) => Err(Communication::TimedOut),
+                Err(e) => Err(Communication::Io(e)),
+            });
+        let (status, (stdout, stderr)) = outcome.map_err(|e| {
+            let _ = child.kill();
+            let _ = child.wait();
+            match e {
+                Communication::TimedOut => CniError::new(
                     ErrorCode::TryAgainLater,
                     format!(
-                        "plugin {name} closed its output but did not exit within {:?}, and was \
-                         killed",
+                        "plugin {name} did not exit within {:?} and was killed",
                         self.timeout
                     ),
-                ));
+                ),
+                Communication::Io(e) => {
+                    CniError::new(ErrorCode::Io, format!("cannot talk to plugin {name}: {e}"))
+                }
             }
-            Err(e) => {
-                return Err(CniError::new(
-                    ErrorCode::Io,
-                    format!("cannot wait for plugin {name}: {e}"),
-                ));
-            }
-        };
+        })?;
         Ok(Finished {
             status,
             stdout,

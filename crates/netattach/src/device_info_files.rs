@@ -19,6 +19,9 @@ use crate::device_info::{DeviceInfo, DeviceInfoError};
 /// The default base directory (device-info spec §4.1, §4.2).
 pub const DEFAULT_BASE_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo";
 
+/// The subdirectory of the CNI files (§4.2).
+pub const CNI_SUBDIR: &str = "cni";
+
 /// A device-info file that cannot be used.
 #[derive(Debug, Error)]
 pub enum DeviceInfoFileError {
@@ -142,7 +145,7 @@ impl DeviceInfoDirs {
 
     /// `<base>/cni`.
     pub fn cni_dir(&self) -> PathBuf {
-        self.base.join("cni")
+        self.base.join(CNI_SUBDIR)
     }
 
     /// The device plugin's file for `device_id` of `resource_name` (§4.1).

@@ -129,7 +129,7 @@ fn delete_device_info_file(
     let in_cni_dir = path
         .parent()
         .and_then(Path::file_name)
-        .is_some_and(|d| d == "cni");
+        .is_some_and(|d| d == netattach::device_info_files::CNI_SUBDIR);
     if !in_cni_dir || path.file_name().is_none_or(|f| *f != *expected) {
         return Err(CniError::new(
             cni::ErrorCode::DecodingFailure,

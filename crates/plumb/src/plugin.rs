@@ -413,8 +413,8 @@ impl Plumb<'_> {
             .plan(pod.as_ref(), &args.ifname, Some(&devices))
             .or_else(|e| {
                 call.log.verbose(&format!(
-                    "{}: no attachment record, and the pod's devices are not known ({e}): \
-                     planning DEL without them",
+                    "{}: no attachment record, and the pod's networks cannot be planned with \
+                     their devices ({e}): planning DEL without devices",
                     who(&call.pod_args, &args.container_id)
                 ));
                 call.plan(pod.as_ref(), &args.ifname, None)
