@@ -305,37 +305,100 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CniError> {
 /// next, a remote IPAM allocation say, survives a power loss whatever the local file system
 /// does). Measured: 0.39 ms and 0.23 ms on an idle disk, several ms each on a busy one.
 pub fn write_durable(path: &Path, bytes: &[u8]) -> Result<(), CniError> {
-    write_via_temp(path, bytes, true)
+    stage(path, bytes)?.commit_durable()
 }
 
 fn write_via_temp(path: &Path, bytes: &[u8], durable: bool) -> Result<(), CniError> {
+    let staged = stage(path, bytes)?;
+    if durable {
+        staged.commit_durable()
+    } else {
+        staged.commit()
+    }
+}
+
+/// A file written under a temporary name beside its target, not yet renamed over it: the
+/// first half of [`write_atomic`] and [`write_durable`], for a caller that has other work to
+/// overlap with the fsyncs of the second half. Dropped uncommitted, the temporary file is
+/// removed.
+#[derive(Debug)]
+pub struct Staged {
+    tmp: PathBuf,
+    path: PathBuf,
+    file: Option<fs::File>,
+    renamed: bool,
+}
+
+/// Writes `bytes` to a temporary file beside `path` (`.<name>.tmp<pid>`, mode 0600).
+pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{file_name}.tmp{}", std::process::id()));
-    let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        if durable {
-            f.sync_data()?;
+    let mut staged = Staged {
+        tmp: dir.join(format!(".{file_name}.tmp{}", std::process::id())),
+        path: path.to_path_buf(),
+        file: None,
+        renamed: false,
+    };
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&staged.tmp)
+        .map_err(|e| io_err("cannot write", path, e))?;
+    // From here on, dropping `staged` removes the temporary file.
+    f.write_all(bytes)
+        .map_err(|e| io_err("cannot write", path, e))?;
+    staged.file = Some(f);
+    Ok(staged)
+}
+
+impl Staged {
+    /// The file's final name.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the file into place (atomic, not durable).
+    pub fn commit(self) -> Result<(), CniError> {
+        self.finish(false)
+    }
+
+    /// Fsyncs the content, renames the file into place and fsyncs the directory (see
+    /// [`write_durable`] for why each).
+    pub fn commit_durable(self) -> Result<(), CniError> {
+        self.finish(true)
+    }
+
+    fn finish(mut self, durable: bool) -> Result<(), CniError> {
+        let file = self.file.take();
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let result = (|| {
+            if durable && let Some(f) = &file {
+                f.sync_data()?;
+            }
+            drop(file);
+            fs::rename(&self.tmp, &self.path)?;
+            self.renamed = true;
+            if durable {
+                fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        })();
+        result.map_err(|e: io::Error| io_err("cannot write", &self.path, e))
+        // Dropping `self` removes the temporary file if the rename did not happen.
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.renamed {
+            let _ = fs::remove_file(&self.tmp);
         }
-        fs::rename(&tmp, path)?;
-        if durable {
-            fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
-    })();
-    result.map_err(|e: io::Error| {
-        let _ = fs::remove_file(&tmp);
-        io_err("cannot write", path, e)
-    })
+    }
 }
 
 #[cfg(test)]
@@ -465,6 +528,36 @@ mod tests {
         assert_eq!(r.ips[0].address.to_string(), "10.1.2.3/24");
         cache.remove("n", "c", "eth0").unwrap();
         assert!(!p.exists());
+    }
+
+    #[test]
+    fn a_staged_file_is_in_place_only_once_committed() {
+        let d = tempfile::tempdir().unwrap();
+        let names = || -> Vec<String> {
+            let mut v: Vec<String> = fs::read_dir(d.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        let path = d.path().join("rec.json");
+        let staged = stage(&path, b"one").unwrap();
+        assert!(!path.exists());
+        staged.commit_durable().unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"one");
+        assert_eq!(names(), ["rec.json"]);
+        // Dropped uncommitted: the old content stays and no temporary file is left.
+        drop(stage(&path, b"two").unwrap());
+        assert_eq!(fs::read(&path).unwrap(), b"one");
+        assert_eq!(names(), ["rec.json"]);
+        // A commit that cannot rename (the directory went away) is an error naming the file.
+        let sub = d.path().join("sub");
+        fs::create_dir(&sub).unwrap();
+        let staged = stage(&sub.join("r.json"), b"x").unwrap();
+        fs::remove_dir_all(&sub).unwrap();
+        let e = staged.commit_durable().unwrap_err();
+        assert!(e.msg.contains("r.json"), "{e}");
     }
 
     #[test]

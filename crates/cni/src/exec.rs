@@ -11,6 +11,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, Stdio};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -105,7 +106,25 @@ pub trait Exec: Send + Sync {
         stdin: &[u8],
         env: &PluginEnv,
     ) -> Result<ExecOutput, CniError>;
+
+    /// Hands `gate` to the next plugin execution, which runs it once the plugin's process has
+    /// started and before the plugin is given its stdin: work that must be done before the
+    /// plugin acts (plumb's durable attachment record) then overlaps the plugin's own start-up
+    /// (a Go plugin takes about 2 ms to read its stdin). If the gate fails, the plugin is
+    /// killed before it has read anything and that execution fails with the gate's error.
+    /// This default, for executors that start no process, runs the gate at once.
+    fn hold_next_stdin(&self, gate: StdinGate) -> Result<(), CniError> {
+        gate()
+    }
+
+    /// Takes back a gate no execution has run yet (the call ended before starting a plugin).
+    fn take_stdin_gate(&self) -> Option<StdinGate> {
+        None
+    }
 }
+
+/// Work a plugin waits for before it is given its stdin: see [`Exec::hold_next_stdin`].
+pub type StdinGate = Box<dyn FnOnce() -> Result<(), CniError> + Send>;
 
 /// Finds `plugin_type` in `dirs`. The type is validated first, so it can never name a file
 /// outside those directories.
@@ -156,6 +175,36 @@ pub struct RawExec {
     pub busy_delay: Duration,
     /// Output beyond this many bytes is discarded, so a runaway plugin cannot exhaust memory.
     pub max_output: usize,
+    /// What the next plugin waits for before it gets its stdin ([`Exec::hold_next_stdin`]).
+    gate: GateSlot,
+}
+
+/// Where [`RawExec`] keeps a gate until its next plugin starts. A clone of the executor starts
+/// with none.
+#[derive(Default)]
+struct GateSlot(Mutex<Option<StdinGate>>);
+
+impl GateSlot {
+    fn put(&self, gate: StdinGate) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate);
+    }
+
+    fn take(&self) -> Option<StdinGate> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+impl Clone for GateSlot {
+    fn clone(&self) -> Self {
+        GateSlot::default()
+    }
+}
+
+impl std::fmt::Debug for GateSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held = self.0.lock().map(|g| g.is_some()).unwrap_or(false);
+        f.write_str(if held { "gate held" } else { "no gate" })
+    }
 }
 
 impl Default for RawExec {
@@ -165,6 +214,7 @@ impl Default for RawExec {
             busy_attempts: 5,
             busy_delay: Duration::from_secs(1),
             max_output: 16 << 20,
+            gate: GateSlot::default(),
         }
     }
 }
@@ -205,6 +255,15 @@ impl RawExec {
         let mut child = self.spawn(path, env).map_err(|e| {
             CniError::new(ErrorCode::Io, format!("cannot execute plugin {name}: {e}"))
         })?;
+        // The plugin starts up while the gate runs; it reads nothing before the gate is done.
+        if let Some(gate) = self.take_stdin_gate()
+            && let Err(e) = gate()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+        // The plugin's time starts when it can read its stdin.
         let deadline = Instant::now() + self.timeout;
         let outcome = self
             .communicate(&mut child, stdin, deadline)
@@ -385,6 +444,15 @@ fn read_some<R: Read>(pipe: &mut Option<R>, out: &mut Vec<u8>, buf: &mut [u8], m
 }
 
 impl Exec for RawExec {
+    fn hold_next_stdin(&self, gate: StdinGate) -> Result<(), CniError> {
+        self.gate.put(gate);
+        Ok(())
+    }
+
+    fn take_stdin_gate(&self) -> Option<StdinGate> {
+        self.gate.take()
+    }
+
     fn exec_plugin(
         &self,
         path: &Path,
@@ -441,6 +509,7 @@ pub fn plugin_error(status: &str, stdout: &[u8], stderr: &[u8]) -> CniError {
 #[cfg(test)]
 mod tests {
     use std::fs;
+    use std::sync::Arc;
 
     use super::*;
 
@@ -538,6 +607,82 @@ mod tests {
         );
         let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
         assert_eq!((e.code, e.details.as_str()), (11, "detail"));
+    }
+
+    /// Waits up to 10 s for `path` to exist.
+    fn appears(path: &Path) -> bool {
+        let t = Instant::now();
+        while !path.exists() {
+            if t.elapsed() > Duration::from_secs(10) {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
+    #[test]
+    fn a_gate_runs_while_the_plugin_starts_and_before_it_reads_its_stdin() {
+        let d = tempfile::tempdir().unwrap();
+        let (started, gate_done) = (d.path().join("started"), d.path().join("gate-done"));
+        let p = script(
+            d.path(),
+            "gated",
+            &format!(
+                "touch '{s}'; input=$(cat); [ -e '{g}' ] && echo \"after $input\" || echo before",
+                s = started.display(),
+                g = gate_done.display()
+            ),
+        );
+        let x = RawExec::default();
+        let seen_started = Arc::new(Mutex::new(false));
+        let seen = Arc::clone(&seen_started);
+        x.hold_next_stdin(Box::new(move || {
+            // The plugin is already running: the gate's work overlaps its start-up.
+            *seen.lock().unwrap() = appears(&started);
+            fs::write(&gate_done, "").unwrap();
+            Ok(())
+        }))
+        .unwrap();
+        let out = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap();
+        assert!(*seen_started.lock().unwrap(), "the plugin had not started");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "after {}");
+        // The gate ran once: the next plugin does not wait for anything.
+        assert!(x.take_stdin_gate().is_none());
+        fs::remove_file(d.path().join("gate-done")).unwrap();
+        let out = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "before");
+    }
+
+    #[test]
+    fn a_failing_gate_stops_the_plugin_before_it_reads_anything() {
+        let d = tempfile::tempdir().unwrap();
+        let ran = d.path().join("ran");
+        let p = script(
+            d.path(),
+            "stopped",
+            &format!("cat >/dev/null; touch '{}'", ran.display()),
+        );
+        let x = RawExec::default();
+        x.hold_next_stdin(Box::new(|| Err(CniError::new(ErrorCode::Io, "disk full"))))
+            .unwrap();
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert_eq!((e.code, e.msg.as_str()), (5, "disk full"));
+        // Killed and reaped: it can never get as far as acting.
+        thread::sleep(Duration::from_millis(100));
+        assert!(!ran.exists());
+    }
+
+    #[test]
+    fn a_gate_no_plugin_took_can_be_taken_back() {
+        let x = RawExec::default();
+        x.hold_next_stdin(Box::new(|| Err(CniError::new(ErrorCode::Io, "mine"))))
+            .unwrap();
+        // A clone starts without it.
+        assert!(x.clone().take_stdin_gate().is_none());
+        let gate = x.take_stdin_gate().expect("the gate is still held");
+        assert_eq!(gate().unwrap_err().msg, "mine");
+        assert!(x.take_stdin_gate().is_none());
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //!
 //! One file per sandbox, `<stateDir>/<containerID>.json`, written atomically and durably
 //! (temporary file, fsync, rename, directory fsync: [`cni::cache::write_durable`]) with
-//! every planned attachment *before* the first one runs, so a crash or a kill at any point leaves
-//! a record that names every delegate that may have done something (DEL of an attachment that
-//! never ran is harmless: DEL is idempotent). DEL reads it, so it needs neither the pod, the
+//! every planned attachment *before* the first delegate reads its configuration (the fsyncs
+//! overlap that delegate's start-up: `execute.rs`, `PendingRecord`), so a crash or a kill at any
+//! point leaves a record that names every delegate that may have done something (DEL of an
+//! attachment that never ran is harmless: DEL is idempotent). DEL reads it, so it needs neither the pod, the
 //! NADs nor the API server. The file carries a format `version`; an unreadable or
 //! corrupt record is an error that says so, never a silent "nothing to delete" (Multus issue
 //! #1087: a corrupt cache after a reboot leaked every IP of the pod).
@@ -108,8 +109,19 @@ impl RecordStore {
         Ok(self.dir.join(format!("{container_id}.json")))
     }
 
-    /// Writes the record atomically, creating the directory (0700).
+    /// Writes the record atomically and durably, creating the directory (0700).
     pub fn save(&self, record: &Record) -> Result<(), RecordError> {
+        let staged = self.stage(record)?;
+        let path = staged.path().to_path_buf();
+        staged.commit_durable().map_err(|e| RecordError::Io {
+            path,
+            source: io::Error::other(e.msg),
+        })
+    }
+
+    /// Writes the record beside its place (creating the directory, 0700), for
+    /// [`cni::cache::Staged::commit_durable`] to put it there.
+    pub fn stage(&self, record: &Record) -> Result<cni::cache::Staged, RecordError> {
         let path = self.path(&record.container_id)?;
         fs::DirBuilder::new()
             .recursive(true)
@@ -120,7 +132,7 @@ impl RecordStore {
                 source,
             })?;
         let bytes = serde_json::to_vec_pretty(record).expect("a record serialises");
-        cni::cache::write_durable(&path, &bytes).map_err(|e| RecordError::Io {
+        cni::cache::stage(&path, &bytes).map_err(|e| RecordError::Io {
             path: path.clone(),
             source: io::Error::other(e.msg),
         })

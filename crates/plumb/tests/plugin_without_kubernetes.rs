@@ -423,3 +423,51 @@ fn attachments_after_a_failure_are_neither_added_nor_deleted() {
     assert!(c.calls().is_empty());
     assert!(!node.record("c-three").exists());
 }
+
+#[test]
+fn the_record_is_in_place_before_the_first_delegate_reads_its_configuration() {
+    // The record's fsyncs overlap the first delegate's start-up, but that delegate gets its
+    // stdin only once the record is there, naming every attachment (multi-net spec §7.2: DEL
+    // must be able to undo whatever ADD began).
+    use testkit::fake_plugin::FakePlugin;
+    let node = Node::new();
+    let bin = node.path("bin");
+    let a = FakePlugin::install(&bin, "fake-a");
+    let b = FakePlugin::install(&bin, "fake-b");
+    a.copy_on_add(&node.record("c-first"));
+    let config = node.config(json!({"binDir": bin, "delegates": [
+        {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
+        {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"}]}));
+    let call = |command| {
+        run(&CniCall {
+            command,
+            container_id: "c-first",
+            netns: "/var/run/netns/fake",
+            ifname: "eth0",
+            args: "",
+            config: &config,
+        })
+    };
+    ok(&call("ADD"));
+    let seen = a.calls_of("ADD")[0]
+        .copied
+        .clone()
+        .expect("the record existed when the first delegate read its stdin");
+    let record: Value = serde_json::from_slice(&seen).unwrap();
+    let networks: Vec<&str> = record["attachments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["config"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(networks, ["net-a", "net-b"]);
+    assert_eq!(b.calls_of("ADD").len(), 1);
+    // No temporary file is left beside it.
+    let names: Vec<String> = fs::read_dir(node.state_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["c-first.json"]);
+    ok(&call("DEL"));
+    assert!(!node.record("c-first").exists());
+}

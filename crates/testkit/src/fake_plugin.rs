@@ -19,6 +19,9 @@ pub struct Call {
     pub stdin: Vec<u8>,
     /// Its whole environment.
     pub env: BTreeMap<String, String>,
+    /// The file [`FakePlugin::copy_on_add`] names, as it was once the plugin had read its
+    /// stdin (`None`: it did not exist then, or no copy was asked for).
+    pub copied: Option<Vec<u8>>,
 }
 
 impl Call {
@@ -61,6 +64,10 @@ cat >"$d/calls/$n/stdin"
 env -0 >"$d/calls/$n/env"
 cmd=${CNI_COMMAND:-}
 echo "__NAME__ $cmd" >>__SEQUENCE__
+if [ "$cmd" = ADD ] && [ -f "$d/respond/copy" ]; then
+  # What a file held once this plugin had its configuration (absent: no copy).
+  cp "$(cat "$d/respond/copy")" "$d/calls/$n/copied" 2>/dev/null || true
+fi
 if [ "$cmd" = ADD ] && [ -f "$d/respond/devinfo" ]; then
   # A device plugin-aware delegate: writes its device info where runtimeConfig says.
   f=$(grep -o '"CNIDeviceInfoFile" *: *"[^"]*"' "$d/calls/$n/stdin" | head -n 1 | sed 's/.*: *"//; s/"$//')
@@ -148,6 +155,16 @@ impl FakePlugin {
         fs::write(self.state.join("respond").join("devinfo"), content).expect("write device info");
     }
 
+    /// From now on ADD copies `file`, as it is once the plugin has read its stdin, into the
+    /// call's [`Call::copied`]: what existed when a delegate could first act.
+    pub fn copy_on_add(&self, file: &Path) {
+        fs::write(
+            self.state.join("respond").join("copy"),
+            file.as_os_str().as_encoded_bytes(),
+        )
+        .expect("write copy request");
+    }
+
     /// Every call so far, oldest first.
     pub fn calls(&self) -> Vec<Call> {
         let n: usize = fs::read_to_string(self.state.join("count"))
@@ -168,7 +185,11 @@ impl FakePlugin {
                         Some((k.to_string(), v.to_string()))
                     })
                     .collect();
-                Call { stdin, env }
+                Call {
+                    stdin,
+                    env,
+                    copied: fs::read(dir.join("copied")).ok(),
+                }
             })
             .collect()
     }
