@@ -7,7 +7,8 @@
 //!
 //! Prints the medians and ratios and writes them as JSON to `target/bench-e2e.json`.
 //! Needs root and Debian's containernetworking-plugins; skips (exit 0) otherwise.
-//! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N, default 30).
+//! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N, default 30; PAUSE_MS, the
+//! untimed pause before each ADD and each DEL, default 50).
 //!
 //! For profiling, `HOLD=SECONDS` sets everything up, writes `target/bench-e2e-hold.sh` (N=20
 //! ADD+DEL pairs of the pod through plumb, or through `$PLUMB` when set), and keeps the API
@@ -61,18 +62,20 @@ struct Delegates {
 }
 
 impl Delegates {
-    /// ADD of each in order, then DEL in reverse, as a runtime would run them one by one.
-    /// Returns how long the ADDs and the DELs took.
-    fn add_del(&self, cid: &str, netns: &str) -> (Duration, Duration) {
+    /// ADD of each in order, then, after `pause`, DEL in reverse, as a runtime would run them
+    /// one by one. Returns how long the ADDs and the DELs took.
+    fn add_del(&self, cid: &str, netns: &str, pause: Duration) -> (Duration, Duration) {
         let t = Instant::now();
         for (ifname, conf) in &self.configs {
             self.call("ADD", cid, netns, ifname, conf);
         }
         let add = t.elapsed();
+        std::thread::sleep(pause);
+        let t = Instant::now();
         for (ifname, conf) in self.configs.iter().rev() {
             self.call("DEL", cid, netns, ifname, conf);
         }
-        (add, t.elapsed() - add)
+        (add, t.elapsed())
     }
 
     fn call(&self, command: &str, cid: &str, netns: &str, ifname: &str, conf: &Value) {
@@ -105,6 +108,16 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(30);
+    // The pod lives a moment between its ADD and its DEL, as a real pod does, and each run
+    // starts on a settled kernel: a DEL on the heels of its ADD (or of the other run's DEL)
+    // races the kernel's deferred work on the new interfaces, and DEL times then swung from
+    // 52 to 116 ms, through plumb or not. The pauses are not timed.
+    let pause = Duration::from_millis(
+        std::env::var("PAUSE_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(50),
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let ipam = dir.path().join("ipam");
@@ -185,7 +198,7 @@ fn main() {
     let warm_path = warm.path().display().to_string();
     plumb("ADD", "warm", &warm_path, &quiet);
     plumb("DEL", "warm", &warm_path, &quiet);
-    let _ = direct.add_del("warm-direct", &warm_path);
+    let _ = direct.add_del("warm-direct", &warm_path, Duration::ZERO);
 
     let (mut through, mut straight) = (Vec::new(), Vec::new());
     // ADD and DEL apart too, to tell where plumb's overhead lies.
@@ -194,19 +207,23 @@ fn main() {
         let ns = Netns::new();
         let netns = ns.path().display().to_string();
         let mut time_plumb = || {
+            std::thread::sleep(pause);
             let cid = format!("bench-p{i}");
             let t = Instant::now();
             plumb("ADD", &cid, &netns, &quiet);
             let add = t.elapsed();
+            std::thread::sleep(pause);
+            let t = Instant::now();
             plumb("DEL", &cid, &netns, &quiet);
-            through.push(t.elapsed());
+            let del = t.elapsed();
+            through.push(add + del);
             p_add.push(add);
-            p_del.push(t.elapsed() - add);
+            p_del.push(del);
         };
         let mut time_direct = |netns: &str| {
-            let t = Instant::now();
-            let (add, del) = direct.add_del(&format!("bench-d{i}"), netns);
-            straight.push(t.elapsed());
+            std::thread::sleep(pause);
+            let (add, del) = direct.add_del(&format!("bench-d{i}"), netns, pause);
+            straight.push(add + del);
             d_add.push(add);
             d_del.push(del);
         };
@@ -229,6 +246,15 @@ fn main() {
         .collect();
     paired.sort_by(f64::total_cmp);
     let paired_ratio = paired[paired.len() / 2];
+    // How widely the iterations' ratios spread: the quartiles.
+    let (q1, q3) = (paired[paired.len() / 4], paired[paired.len() * 3 / 4]);
+    // Every iteration's times, in order, for a closer look (ms).
+    let samples = json!({
+        "plumb_add": p_add.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+        "plumb_del": p_del.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+        "direct_add": d_add.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+        "direct_del": d_del.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+    });
     let (p, d) = (median(&mut through), median(&mut straight));
     let (pa, pd) = (median(&mut p_add), median(&mut p_del));
     let (da, dd) = (median(&mut d_add), median(&mut d_del));
@@ -308,10 +334,16 @@ fn main() {
     let release: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/plumb");
     let size = std::fs::metadata(&release).map(|m| m.len()).ok();
 
-    println!("e2e_add_del: {iterations} interleaved iterations of ADD+DEL of a pod on 3 networks");
+    println!(
+        "e2e_add_del: {iterations} interleaved iterations of ADD+DEL of a pod on 3 networks \
+         ({} ms untimed before each ADD and each DEL)",
+        ms(pause)
+    );
     println!("  through plumb     median {:>8.2} ms", ms(p));
     println!("  delegates direct  median {:>8.2} ms", ms(d));
-    println!("  median ratio plumb/direct of the iterations {paired_ratio:.3}");
+    println!(
+        "  median ratio plumb/direct of the iterations {paired_ratio:.3} (quartiles {q1:.3}, {q3:.3})"
+    );
     println!(
         "  ratio of the medians     {:.3}",
         p.as_secs_f64() / d.as_secs_f64()
@@ -342,6 +374,8 @@ fn main() {
         "plumb_add_del_median_ms": ms(p),
         "direct_add_del_median_ms": ms(d),
         "median_paired_ratio": paired_ratio,
+        "paired_ratio_quartiles": [q1, q3],
+        "pause_ms": ms(pause),
         "ratio_of_medians": p.as_secs_f64() / d.as_secs_f64(),
         "plumb_add_median_ms": ms(pa),
         "direct_add_median_ms": ms(da),
@@ -353,6 +387,7 @@ fn main() {
         "plumb_add_peak_rss_kib": rss_kib,
         "plumb_add_split_medians": timings,
         "release_binary_bytes": size,
+        "samples_ms": samples,
     });
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-e2e.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&report).unwrap()).unwrap();
