@@ -7,8 +7,10 @@
 //!
 //! Prints the medians and ratios and writes them as JSON to `target/bench-e2e.json`.
 //! Needs root and Debian's containernetworking-plugins; skips (exit 0) otherwise.
-//! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N, default 30; PAUSE_MS, the
-//! untimed pause before each ADD and each DEL, default 50).
+//! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N, default 100; PAUSE_MS, an
+//! untimed pause before each ADD and each DEL, default 0). A DEL's time is mostly the kernel's
+//! (`rcu_barrier` when a link goes: 15–25 ms per delegate) and varies a lot, so the median of 30
+//! iterations moved by ±3% from one run to the next, hence 100; still, compare several runs.
 //!
 //! For profiling, `HOLD=SECONDS` sets everything up, writes `target/bench-e2e-hold.sh` (N=20
 //! ADD+DEL pairs of the pod through plumb, or through `$PLUMB` when set), and keeps the API
@@ -107,16 +109,16 @@ fn main() {
     let iterations: usize = std::env::var("ITERATIONS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
-    // The pod lives a moment between its ADD and its DEL, as a real pod does, and each run
-    // starts on a settled kernel: a DEL on the heels of its ADD (or of the other run's DEL)
-    // races the kernel's deferred work on the new interfaces, and DEL times then swung from
-    // 52 to 116 ms, through plumb or not. The pauses are not timed.
+        .unwrap_or(100);
+    // PAUSE_MS lets the pod live a moment between its ADD and its DEL, and each run start
+    // after the machine idled, as on a real node. Untimed. It moves the result: on this VM,
+    // runs with 50 ms came out about 4% higher than back-to-back runs, plumb's DEL losing most
+    // (more process wake-ups after idle?); both are worth a look when judging a change.
     let pause = Duration::from_millis(
         std::env::var("PAUSE_MS")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(50),
+            .unwrap_or(0),
     );
 
     let dir = tempfile::tempdir().unwrap();
