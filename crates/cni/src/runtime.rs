@@ -48,6 +48,12 @@ pub struct PluginLog {
 /// A callback for what succeeding plugins wrote on stderr.
 pub type StderrHook = Box<dyn Fn(&PluginLog) + Send + Sync>;
 
+/// The plugins of an ADD, found before anything runs ([`CniConfig::prepare_add`]).
+#[derive(Debug)]
+pub struct PreparedAdd {
+    binaries: Vec<PathBuf>,
+}
+
 /// Runs configuration lists: plugin directories, the result cache and the exec seam.
 pub struct CniConfig {
     pub path: Vec<PathBuf>,
@@ -93,7 +99,7 @@ impl CniConfig {
     }
 
     /// Every plugin of the list, found before anything runs.
-    fn find_all(&self, list: &NetworkConfigList) -> Result<Vec<PathBuf>, CniError> {
+    pub fn find_all(&self, list: &NetworkConfigList) -> Result<Vec<PathBuf>, CniError> {
         list.require_plugins()?;
         list.plugins
             .iter()
@@ -154,8 +160,38 @@ impl CniConfig {
         list: &NetworkConfigList,
         rt: &RuntimeConf,
     ) -> Result<CniResult, CniError> {
+        let prepared = self.prepare_add(list, rt)?;
+        self.add_prepared(list, rt, prepared)
+    }
+
+    /// The checks ADD makes before running anything: the request, and every plugin of the
+    /// list found. An error here means no plugin of the list ran, so there is nothing of it to
+    /// undo.
+    pub fn prepare_add(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+    ) -> Result<PreparedAdd, CniError> {
         Self::validate_attachment(list, rt)?;
-        let binaries = self.find_all(list)?;
+        Ok(PreparedAdd {
+            binaries: self.find_all(list)?,
+        })
+    }
+
+    /// ADD of a list that [`CniConfig::prepare_add`] accepted (the same list and request).
+    pub fn add_prepared(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+        prepared: PreparedAdd,
+    ) -> Result<CniResult, CniError> {
+        let binaries = prepared.binaries;
+        if binaries.len() != list.plugins.len() {
+            return Err(CniError::new(
+                ErrorCode::Internal,
+                format!("network {:?}: prepared for another list", list.name),
+            ));
+        }
         let mut prev: Option<CniResult> = None;
         for (i, bin) in binaries.iter().enumerate() {
             let stdin = request::build(

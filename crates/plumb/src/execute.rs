@@ -284,7 +284,7 @@ impl Executor<'_> {
         Ok(added)
     }
 
-    /// ADD of one attachment: its device-info file, then its delegates.
+    /// ADD of one attachment: its plugins found, its device-info file, then its delegates.
     fn add_one(
         &self,
         sandbox: &Sandbox,
@@ -293,16 +293,21 @@ impl Executor<'_> {
         i: usize,
         n: usize,
     ) -> Result<Added, (CniError, AddFailure)> {
-        if let Some(file) = &r.device_info_file {
-            prepare_device_info_file(self.device_info, a.device.as_ref(), file).map_err(|e| {
-                (
-                    e.context(describe(&a.network, &a.ifname, i, n)),
-                    AddFailure::BeforeDelegates,
-                )
-            })?;
-        }
+        let before = |e: CniError| {
+            (
+                e.context(describe(&a.network, &a.ifname, i, n)),
+                AddFailure::BeforeDelegates,
+            )
+        };
         let rt = runtime_conf(sandbox, &sandbox.netns, r);
-        let result = self.cni.add_network_list(&a.list, &rt).map_err(|e| {
+        // A plugin that cannot be found fails the attachment before anything of it ran, so the
+        // rollback leaves it out: its DEL could not run either, and would keep the record (and
+        // the pod's sandbox) forever.
+        let prepared = self.cni.prepare_add(&a.list, &rt).map_err(before)?;
+        if let Some(file) = &r.device_info_file {
+            prepare_device_info_file(self.device_info, a.device.as_ref(), file).map_err(before)?;
+        }
+        let result = self.cni.add_prepared(&a.list, &rt, prepared).map_err(|e| {
             (
                 e.context(describe(&a.network, &a.ifname, i, n)),
                 AddFailure::Delegates,
@@ -374,16 +379,33 @@ impl Executor<'_> {
         Ok(true)
     }
 
-    /// DEL of attachments planned now rather than recorded (DEL without a record). A
-    /// device-backed attachment planned without its device (the kubelet no longer says which)
-    /// may fail DEL for want of it: that failure is returned as a warning for the log, since
-    /// nothing more can be learnt and failing would keep the sandbox forever.
+    /// DEL of attachments planned now rather than recorded (DEL without a record). Returned as
+    /// warnings for the log rather than errors, since nothing more can be learnt and failing
+    /// would keep the sandbox forever: a device-backed attachment planned without its device
+    /// (the kubelet no longer says which) whose DEL fails for want of it, and an attachment
+    /// whose plugins cannot be found (skipped).
     pub fn del_planned(
         &self,
         sandbox: &Sandbox,
         netns: &str,
         attachments: &[Attachment],
     ) -> Result<Vec<String>, CniError> {
+        let mut warnings = Vec::new();
+        // With no record to say it was added, a list whose plugins cannot be found is skipped:
+        // its DEL cannot run, and failing on it would keep the sandbox forever.
+        let runnable: Vec<&Attachment> = attachments
+            .iter()
+            .filter(|a| match self.cni.find_all(&a.list) {
+                Ok(_) => true,
+                Err(e) => {
+                    warnings.push(format!(
+                        "DEL of network {} (interface {}) skipped: {e}",
+                        a.network, a.ifname
+                    ));
+                    false
+                }
+            })
+            .collect();
         let record = Record {
             version: RECORD_VERSION,
             container_id: sandbox.container_id.clone(),
@@ -392,11 +414,20 @@ impl Executor<'_> {
             pod_name: String::new(),
             pod_uid: String::new(),
             cni_args: sandbox.cni_args.clone(),
-            attachments: self.recorded(&sandbox.container_id, attachments),
+            attachments: runnable
+                .iter()
+                .map(|a| recorded(a, &sandbox.container_id, self.device_info))
+                .collect(),
         };
         let without_device =
-            |i: usize| attachments[i].resource.is_some() && attachments[i].device.is_none();
-        self.del_record(sandbox, netns, &record, &without_device)
+            |i: usize| runnable[i].resource.is_some() && runnable[i].device.is_none();
+        let failed = self.del_record(sandbox, netns, &record, &without_device)?;
+        warnings.extend(
+            failed
+                .into_iter()
+                .map(|w| format!("DEL without its device failed, and is not retried: {w}")),
+        );
+        Ok(warnings)
     }
 
     fn recorded(&self, container_id: &str, attachments: &[Attachment]) -> Vec<RecordedAttachment> {

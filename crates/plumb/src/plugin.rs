@@ -432,10 +432,8 @@ impl Plumb<'_> {
             }
         };
         for w in exec.del_planned(&sandbox, &args.netns, &plan.attachments)? {
-            call.log.error(&format!(
-                "{}: DEL without its device failed, and is not retried: {w}",
-                who(&call.pod_args, &args.container_id)
-            ));
+            call.log
+                .error(&format!("{}: {w}", who(&call.pod_args, &args.container_id)));
         }
         Ok(())
     }

@@ -471,3 +471,56 @@ fn the_record_is_in_place_before_the_first_delegate_reads_its_configuration() {
     ok(&call("DEL"));
     assert!(!node.record("c-first").exists());
 }
+
+#[test]
+fn a_first_delegate_that_cannot_start_leaves_no_record_behind() {
+    // Nothing of the first attachment ran (its plugin is looked for before anything runs), so
+    // the rollback has nothing to undo and the record goes: a rollback DEL of a plugin that
+    // cannot be found would fail, and keep the record, and fail every later DEL of the pod.
+    use testkit::fake_plugin::{FakePlugin, sequence};
+    let node = Node::new();
+    let bin = node.path("bin");
+    let b = FakePlugin::install(&bin, "fake-b");
+    let config = node.config(json!({"binDir": bin, "delegates": [
+        {"cniVersion": "1.0.0", "name": "net-a", "type": "no-such-plugin"},
+        {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"}]}));
+    let call = |command| {
+        run(&CniCall {
+            command,
+            container_id: "c-nostart",
+            netns: "/var/run/netns/fake",
+            ifname: "eth0",
+            args: "",
+            config: &config,
+        })
+    };
+    let e = err(&call("ADD"));
+    assert!(
+        e["msg"].as_str().unwrap().contains("no-such-plugin"),
+        "the missing plugin is named: {e}"
+    );
+    assert!(b.calls().is_empty(), "{:?}", sequence(&bin));
+    assert!(!node.record("c-nostart").exists());
+    let left: Vec<String> = fs::read_dir(node.state_dir())
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+    // DEL finds no record and plans the same networks: the one that cannot run is skipped,
+    // with a log line, rather than failing the sandbox's removal forever.
+    let del = call("DEL");
+    let stderr = String::from_utf8_lossy(&del.stderr).to_string();
+    ok(&del);
+    assert!(
+        stderr.contains("DEL of network net-a (interface eth0) skipped")
+            && stderr.contains("no-such-plugin"),
+        "{stderr}"
+    );
+    assert_eq!(
+        b.calls_of("DEL").len(),
+        1,
+        "the network that can run is deleted"
+    );
+}

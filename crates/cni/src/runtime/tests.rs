@@ -246,6 +246,31 @@ fn nothing_runs_when_a_plugin_is_missing_or_a_parameter_is_bad() {
 }
 
 #[test]
+fn prepare_add_makes_the_pre_run_checks_and_add_prepared_the_rest() {
+    let d = tempfile::tempdir().unwrap();
+    let (c, f) = cni(FakeExec::with(&["bridge", "tuning"]), d.path());
+    // The same failure as ADD's own, with nothing run: a caller knows there is nothing to undo.
+    let e = c.prepare_add(&list("1.0.0", json!({})), &rt()).unwrap_err();
+    assert!(e.msg.contains("portmap"), "{e}");
+    let (c, f2) = cni(FakeExec::with(&["bridge", "tuning", "portmap"]), d.path());
+    let l = list("1.0.0", json!({}));
+    let prepared = c.prepare_add(&l, &rt()).unwrap();
+    assert!(calls(f2).is_empty(), "preparing runs nothing");
+    c.add_prepared(&l, &rt(), prepared).unwrap();
+    let ran: Vec<String> = calls(f2).into_iter().map(|c| c.plugin).collect();
+    assert_eq!(ran, ["bridge", "tuning", "portmap"]);
+    // Prepared for one list, given another: refused before anything runs.
+    let prepared = c.prepare_add(&l, &rt()).unwrap();
+    let other = NetworkConfigList::from_bytes(
+        br#"{"cniVersion":"1.0.0","name":"one","plugins":[{"type":"bridge"}]}"#,
+    )
+    .unwrap();
+    let e = c.add_prepared(&other, &rt(), prepared).unwrap_err();
+    assert_eq!(e.code, 999, "{e}");
+    assert!(calls(f2).is_empty() && calls(f).is_empty());
+}
+
+#[test]
 fn a_plugin_result_that_is_not_json_fails_add() {
     let d = tempfile::tempdir().unwrap();
     let (c, _) = cni(
