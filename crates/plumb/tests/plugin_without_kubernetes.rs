@@ -58,6 +58,30 @@ fn two_bridges(subnet_a: u8, subnet_b: u8) -> impl FnOnce(&Node) -> (Vec<Value>,
     }
 }
 
+/// A call for a sandbox whose delegates are fakes (no namespace is touched).
+fn fake_call(config: &Value, command: &str, container_id: &str) -> std::process::Output {
+    run(&CniCall {
+        command,
+        container_id,
+        netns: "/var/run/netns/fake",
+        ifname: "eth0",
+        args: "",
+        config,
+    })
+}
+
+/// The files in the node's record directory (none when it does not exist).
+fn state_files(node: &Node) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(node.state_dir())
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 #[test]
 fn two_delegates_add_then_del_leaves_nothing() {
     let p = pod(two_bridges(1, 2));
@@ -400,14 +424,7 @@ fn attachments_after_a_failure_are_neither_added_nor_deleted() {
         {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
         {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"},
         {"cniVersion": "1.0.0", "name": "net-c", "type": "fake-c"}]}));
-    let e = err(&run(&CniCall {
-        command: "ADD",
-        container_id: "c-three",
-        netns: "/var/run/netns/fake",
-        ifname: "eth0",
-        args: "",
-        config: &config,
-    }));
+    let e = err(&fake_call(&config, "ADD", "c-three"));
     assert_eq!(
         e["code"], 11,
         "the delegate's code reaches the runtime: {e}"
@@ -438,16 +455,7 @@ fn the_record_is_in_place_before_the_first_delegate_reads_its_configuration() {
     let config = node.config(json!({"binDir": bin, "delegates": [
         {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
         {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"}]}));
-    let call = |command| {
-        run(&CniCall {
-            command,
-            container_id: "c-first",
-            netns: "/var/run/netns/fake",
-            ifname: "eth0",
-            args: "",
-            config: &config,
-        })
-    };
+    let call = |command| fake_call(&config, command, "c-first");
     ok(&call("ADD"));
     let seen = a.calls_of("ADD")[0]
         .copied
@@ -463,11 +471,7 @@ fn the_record_is_in_place_before_the_first_delegate_reads_its_configuration() {
     assert_eq!(networks, ["net-a", "net-b"]);
     assert_eq!(b.calls_of("ADD").len(), 1);
     // No temporary file is left beside it.
-    let names: Vec<String> = fs::read_dir(node.state_dir())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(names, ["c-first.json"]);
+    assert_eq!(state_files(&node), ["c-first.json"]);
     ok(&call("DEL"));
     assert!(!node.record("c-first").exists());
 }
@@ -484,16 +488,7 @@ fn a_first_delegate_that_cannot_start_leaves_no_record_behind() {
     let config = node.config(json!({"binDir": bin, "delegates": [
         {"cniVersion": "1.0.0", "name": "net-a", "type": "no-such-plugin"},
         {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"}]}));
-    let call = |command| {
-        run(&CniCall {
-            command,
-            container_id: "c-nostart",
-            netns: "/var/run/netns/fake",
-            ifname: "eth0",
-            args: "",
-            config: &config,
-        })
-    };
+    let call = |command| fake_call(&config, command, "c-nostart");
     let e = err(&call("ADD"));
     assert!(
         e["msg"].as_str().unwrap().contains("no-such-plugin"),
@@ -501,13 +496,7 @@ fn a_first_delegate_that_cannot_start_leaves_no_record_behind() {
     );
     assert!(b.calls().is_empty(), "{:?}", sequence(&bin));
     assert!(!node.record("c-nostart").exists());
-    let left: Vec<String> = fs::read_dir(node.state_dir())
-        .map(|d| {
-            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    assert!(left.is_empty(), "{left:?}");
+    assert!(state_files(&node).is_empty(), "{:?}", state_files(&node));
     // DEL finds no record and plans the same networks: the one that cannot run is skipped,
     // with a log line, rather than failing the sandbox's removal forever.
     let del = call("DEL");
