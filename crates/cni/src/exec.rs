@@ -109,8 +109,8 @@ pub trait Exec: Send + Sync {
 
     /// Hands `gate` to the next plugin execution, which runs it once the plugin's process has
     /// started and before the plugin is given its stdin: work that must be done before the
-    /// plugin acts (plumb's durable attachment record) then overlaps the plugin's own start-up
-    /// (a Go plugin takes about 2 ms to read its stdin). If the gate fails, the plugin is
+    /// plugin acts (making a record of what is about to run durable, say) then overlaps the
+    /// plugin's own start-up (a Go plugin takes about 2 ms to read its stdin). If the gate fails, the plugin is
     /// killed before it has read anything and that execution fails with the gate's error.
     /// This default, for executors that start no process, runs the gate at once.
     fn hold_next_stdin(&self, gate: StdinGate) -> Result<(), CniError> {
@@ -668,18 +668,29 @@ mod tests {
     #[test]
     fn a_failing_gate_stops_the_plugin_before_it_reads_anything() {
         let d = tempfile::tempdir().unwrap();
-        let ran = d.path().join("ran");
+        let (ran, pid) = (d.path().join("ran"), d.path().join("pid"));
         let p = script(
             d.path(),
             "stopped",
-            &format!("cat >/dev/null; touch '{}'", ran.display()),
+            &format!(
+                "echo $$ >'{}'; cat >/dev/null; touch '{}'",
+                pid.display(),
+                ran.display()
+            ),
         );
         let x = RawExec::default();
-        x.hold_next_stdin(Box::new(|| Err(CniError::new(ErrorCode::Io, "disk full"))))
-            .unwrap();
+        let started = pid.clone();
+        x.hold_next_stdin(Box::new(move || {
+            // The plugin is running, and waiting for its stdin, when the gate fails.
+            assert!(appears(&started));
+            Err(CniError::new(ErrorCode::Io, "disk full"))
+        }))
+        .unwrap();
         let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
         assert_eq!((e.code, e.msg.as_str()), (5, "disk full"));
-        // Killed and reaped: it can never get as far as acting.
+        // Killed and reaped: the process is gone, and it never got as far as acting.
+        let pid = fs::read_to_string(&pid).unwrap();
+        assert!(!Path::new("/proc").join(pid.trim()).exists(), "pid {pid}");
         thread::sleep(Duration::from_millis(100));
         assert!(!ran.exists());
     }
@@ -696,34 +707,33 @@ mod tests {
         assert!(x.take_stdin_gate().is_none());
     }
 
-    #[test]
-    fn a_hung_plugin_is_killed_at_the_timeout() {
+    /// Runs a script plugin with a 300 ms timeout: its error, and how long the call took.
+    fn with_short_timeout(body: &str) -> (CniError, Duration) {
         let d = tempfile::tempdir().unwrap();
-        let p = script(d.path(), "hang", "sleep 30");
+        let p = script(d.path(), "slow", body);
         let x = RawExec {
             timeout: Duration::from_millis(300),
             ..RawExec::default()
         };
         let t = Instant::now();
         let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        (e, t.elapsed())
+    }
+
+    #[test]
+    fn a_hung_plugin_is_killed_at_the_timeout() {
+        let (e, took) = with_short_timeout("sleep 30");
         assert_eq!(e.code, 11, "{e}");
         assert!(e.msg.contains("killed"));
-        assert!(t.elapsed() < Duration::from_secs(10));
+        assert!(took < Duration::from_secs(10));
     }
 
     #[test]
     fn a_plugin_that_closes_its_output_and_hangs_is_killed_at_the_timeout() {
-        let d = tempfile::tempdir().unwrap();
-        let p = script(d.path(), "mute", "exec >&- 2>&- <&-; sleep 30");
-        let x = RawExec {
-            timeout: Duration::from_millis(300),
-            ..RawExec::default()
-        };
-        let t = Instant::now();
-        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        let (e, took) = with_short_timeout("exec >&- 2>&- <&-; sleep 30");
         assert_eq!(e.code, 11, "{e}");
         assert!(e.msg.contains("did not exit"), "{e}");
-        assert!(t.elapsed() < Duration::from_secs(10));
+        assert!(took < Duration::from_secs(10));
     }
 
     #[test]

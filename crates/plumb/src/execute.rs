@@ -267,6 +267,7 @@ impl Executor<'_> {
                 }
             }
         }
+        // Done after the first attachment; here only when there were none.
         pending.settle()?;
         if let Some(a) = attachments
             .iter()

@@ -109,16 +109,6 @@ impl RecordStore {
         Ok(self.dir.join(format!("{container_id}.json")))
     }
 
-    /// Writes the record atomically and durably, creating the directory (0700).
-    pub fn save(&self, record: &Record) -> Result<(), RecordError> {
-        let staged = self.stage(record)?;
-        let path = staged.path().to_path_buf();
-        staged.commit_durable().map_err(|e| RecordError::Io {
-            path,
-            source: io::Error::other(e.msg),
-        })
-    }
-
     /// Writes the record beside its place (creating the directory, 0700), for
     /// [`cni::cache::Staged::commit_durable`] to put it there.
     pub fn stage(&self, record: &Record) -> Result<cni::cache::Staged, RecordError> {
@@ -235,9 +225,9 @@ mod tests {
         let store = RecordStore::new(d.path().join("plumb"));
         assert!(store.load("abc123").unwrap().is_none());
         let mut r = record();
-        store.save(&r).unwrap();
+        store.stage(&r).unwrap().commit_durable().unwrap();
         r.attachments[0].ifname = "net2".into();
-        store.save(&r).unwrap();
+        store.stage(&r).unwrap().commit_durable().unwrap();
         assert_eq!(store.load("abc123").unwrap().unwrap(), r);
         let mode = fs::metadata(store.dir()).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);

@@ -58,6 +58,15 @@ fn fake_result(ifname: &str) -> String {
 }
 
 impl DeviceNode {
+    /// The kubelet says pod `default/<pod>`'s container "app" holds `ids` of [`RESOURCE`].
+    fn give_devices(&self, pod: &str, ids: &[&str]) {
+        self.kubelet().set_pod(
+            "default",
+            pod,
+            vec![ContainerDevices::new("app", RESOURCE, ids)],
+        );
+    }
+
     fn new(net: u8) -> DeviceNode {
         testkit::netns::require_root();
         let api = KubeApi::start(KubeApiOptions::default());
@@ -313,11 +322,7 @@ fn a_missing_kubelet_socket_fails_clearly_and_leaves_nothing() {
 fn too_few_devices_for_the_pod_fail_clearly_and_leave_nothing() {
     let n = DeviceNode::new(213);
     n.pod("vf-pod", "sriov-a,sriov-b");
-    n.kubelet().set_pod(
-        "default",
-        "vf-pod",
-        vec![ContainerDevices::new("app", RESOURCE, &["0000:18:02.2"])],
-    );
+    n.give_devices("vf-pod", &["0000:18:02.2"]);
     let ns = Netns::new();
     let e = err(&n.call("ADD", &ns, "vf-pod", "cd3"));
     assert_eq!(e["code"], 7, "{e}");
@@ -347,11 +352,7 @@ fn too_few_devices_for_the_pod_fail_clearly_and_leave_nothing() {
 fn a_malformed_device_plugin_file_fails_clearly_and_leaves_nothing() {
     let n = DeviceNode::new(214);
     n.pod("vf-pod", "sriov-a");
-    n.kubelet().set_pod(
-        "default",
-        "vf-pod",
-        vec![ContainerDevices::new("app", RESOURCE, &["0000:18:02.2"])],
-    );
+    n.give_devices("vf-pod", &["0000:18:02.2"]);
     // "pci" without its map (device-info spec §3.1.3 makes it required).
     n.write_dp_file("0000:18:02.2", r#"{"type":"pci","version":"1.1.0"}"#);
     let ns = Netns::new();
@@ -372,11 +373,7 @@ fn a_malformed_device_plugin_file_fails_clearly_and_leaves_nothing() {
 fn device_info_a_delegate_leaves_unreadable_is_logged_and_left_out_of_the_status() {
     let n = DeviceNode::new(215);
     n.pod("vf-pod", "sriov-b");
-    n.kubelet().set_pod(
-        "default",
-        "vf-pod",
-        vec![ContainerDevices::new("app", RESOURCE, &["0000:18:02.3"])],
-    );
+    n.give_devices("vf-pod", &["0000:18:02.3"]);
     n.sriov_b.write_device_info_on_add("{not device info");
     let ns = Netns::new();
     let out = n.call("ADD", &ns, "vf-pod", "cd5");
@@ -421,11 +418,7 @@ fn a_marker_resource_no_device_plugin_offers_attaches_without_a_device() {
 fn del_without_a_record_asks_the_kubelet_and_tolerates_its_absence() {
     let mut n = DeviceNode::new(217);
     n.pod("vf-pod", "sriov-a");
-    n.kubelet().set_pod(
-        "default",
-        "vf-pod",
-        vec![ContainerDevices::new("app", RESOURCE, &["0000:18:02.2"])],
-    );
+    n.give_devices("vf-pod", &["0000:18:02.2"]);
     n.write_dp_file("0000:18:02.2", DP_INFO);
     let ns = Netns::new();
     ok(&n.call("ADD", &ns, "vf-pod", "cd7"));
@@ -480,11 +473,7 @@ fn a_plugin_declaring_cni_device_info_file_gets_one_without_a_device() {
         ),
     );
     n.pod("vhost-pod", "sriov-b,sriov-a");
-    n.kubelet().set_pod(
-        "default",
-        "vhost-pod",
-        vec![ContainerDevices::new("app", RESOURCE, &["0000:18:02.4"])],
-    );
+    n.give_devices("vhost-pod", &["0000:18:02.4"]);
     // A file an earlier, undeleted ADD left for sriov-a (no device plugin file this time): it
     // must not pass for this attachment's.
     let stale = n.devinfo("cni/default-sriov-a-cd9_net2");
@@ -515,11 +504,7 @@ fn a_plugin_declaring_cni_device_info_file_gets_one_without_a_device() {
 fn del_never_deletes_a_file_a_damaged_record_names() {
     let n = DeviceNode::new(219);
     n.pod("vf-pod", "sriov-a");
-    n.kubelet().set_pod(
-        "default",
-        "vf-pod",
-        vec![ContainerDevices::new("app", RESOURCE, &["0000:18:02.2"])],
-    );
+    n.give_devices("vf-pod", &["0000:18:02.2"]);
     let ns = Netns::new();
     ok(&n.call("ADD", &ns, "vf-pod", "cd10"));
     let victim = n.node.path("precious.json");
