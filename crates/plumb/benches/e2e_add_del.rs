@@ -8,7 +8,8 @@
 //! Prints the medians and ratios and writes them as JSON to `target/bench-e2e.json`.
 //! Needs root and Debian's containernetworking-plugins; skips (exit 0) otherwise.
 //! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N, default 100; PAUSE_MS, an
-//! untimed pause before each ADD and each DEL, default 0). A DEL's time is mostly the kernel's
+//! untimed pause before each ADD and each DEL, default 0; API_LATENCY_US, added to every answer
+//! of the API stand-in, default 0). A DEL's time is mostly the kernel's
 //! (`rcu_barrier` when a link goes: 15–25 ms per delegate) and varies a lot, so the median of 30
 //! iterations moved by ±3% from one run to the next, hence 100; still, compare several runs.
 //!
@@ -23,7 +24,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use testkit::kube_api::{KubeApi, KubeApiOptions, KubeconfigUser, Resource};
+use testkit::kube_api::{Fault, FaultKind, KubeApi, KubeApiOptions, KubeconfigUser, Resource};
 use testkit::netns::{Link, Netns, unique_name};
 
 const PLUGINS: &str = "/usr/lib/cni";
@@ -138,6 +139,17 @@ fn main() {
         "ipam": {"type": "host-local", "subnet": "10.250.3.0/24", "dataDir": ipam}});
 
     let api = KubeApi::start(KubeApiOptions::default());
+    // API_LATENCY_US: the API stand-in answers every request that much later, as an API server
+    // across the network would (loopback answers in about 0.1 ms; a real one takes 0.5-2 ms).
+    let latency = Duration::from_micros(
+        std::env::var("API_LATENCY_US")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+    );
+    if !latency.is_zero() {
+        api.add_fault(Fault::new(FaultKind::Latency(latency)));
+    }
     for (ns, conf) in [
         ("kube-system", &default_net),
         ("default", &net_a),
@@ -338,8 +350,9 @@ fn main() {
 
     println!(
         "e2e_add_del: {iterations} interleaved iterations of ADD+DEL of a pod on 3 networks \
-         ({} ms untimed before each ADD and each DEL)",
-        ms(pause)
+         ({} ms untimed before each ADD and each DEL; API latency {} ms)",
+        ms(pause),
+        ms(latency)
     );
     println!("  through plumb     median {:>8.2} ms", ms(p));
     println!("  delegates direct  median {:>8.2} ms", ms(d));
@@ -378,6 +391,7 @@ fn main() {
         "median_paired_ratio": paired_ratio,
         "paired_ratio_quartiles": [q1, q3],
         "pause_ms": ms(pause),
+        "api_latency_ms": ms(latency),
         "ratio_of_medians": p.as_secs_f64() / d.as_secs_f64(),
         "plumb_add_median_ms": ms(pa),
         "direct_add_median_ms": ms(da),
