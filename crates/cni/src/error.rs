@@ -110,6 +110,16 @@ impl CniError {
         self
     }
 
+    /// Adds `more` after the details already there (a delegate's own, say), keeping them.
+    pub fn add_details(mut self, more: impl fmt::Display) -> Self {
+        self.details = if self.details.is_empty() {
+            more.to_string()
+        } else {
+            format!("{}; {more}", self.details)
+        };
+        self
+    }
+
     pub fn with_version(mut self, version: impl fmt::Display) -> Self {
         self.cni_version = version.to_string();
         self

@@ -5,12 +5,17 @@
 //!
 //! Retries are plumb's own and bounded (kube-rs's default retry layer is turned off so that the
 //! total time is known): a pod that is not visible yet, and transient failures (5xx, 429,
-//! connection errors), are retried with backoff; in the end the error says what happened. There
-//! is never a fake success (multus-reference §8 quirk 5).
+//! connection errors, no answer in time), are retried with backoff; in the end the error says
+//! what happened. There is never a fake success (multus-reference §8 quirk 5). Time is bounded
+//! twice: each attempt by [`REQUEST_TIMEOUT`] (a server that trickles its answer included), and
+//! everything one CNI call asks of the API by [`API_BUDGET`], so that the error reaches the
+//! runtime before the runtime gives up on the call. A 401 is retried once with the kubeconfig and
+//! its token file read again: a token rotated during the call is picked up.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use cni::error::{CniError, ErrorCode};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod as KubePod};
@@ -67,27 +72,73 @@ const BACKOFF: [Duration; 6] = [
     Duration::from_millis(1500),
 ];
 
-/// Per-request limits, so a hung API server cannot hold a pod's sandbox creation for long.
+/// Per-request limits, so a hung API server cannot hold a pod's sandbox creation for long:
+/// `REQUEST_TIMEOUT` bounds one attempt, its answer read whole.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Whether an error may go away by itself.
-fn transient(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
-        _ => false,
+/// All the time one CNI call may spend on the API: every request, retry and backoff. The kubelet
+/// gives a whole sandbox creation 2 minutes (`--runtime-request-timeout`) and the delegates need
+/// their share; past this the call fails with code 11 and the kubelet tries again.
+const API_BUDGET: Duration = Duration::from_secs(30);
+
+/// Why a request got no answer that plumb can use.
+#[derive(Debug)]
+enum Failure {
+    Kube(kube::Error),
+    /// No whole answer within this long.
+    NoAnswer(Duration),
+    /// The call's [`API_BUDGET`] was spent before this request was answered.
+    OutOfTime,
+}
+
+impl Failure {
+    /// Whether it may go away by itself.
+    fn transient(&self) -> bool {
+        match self {
+            Failure::Kube(kube::Error::Api(s)) => s.code == 429 || s.code >= 500,
+            Failure::Kube(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
+            Failure::Kube(_) | Failure::OutOfTime => false,
+            Failure::NoAnswer(_) => true,
+        }
+    }
+
+    fn is_status(&self, code: u16) -> bool {
+        matches!(self, Failure::Kube(kube::Error::Api(s)) if s.code == code)
+    }
+
+    fn is_not_found(&self) -> bool {
+        self.is_status(404)
     }
 }
 
-fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-/// A kube-rs error as a CNI error naming what was asked: API refusals keep the server's
-/// message; everything else is code 11 (try again later) when transient, else 5 (I/O).
-fn cni_error(what: &str, e: &kube::Error) -> CniError {
-    let code = if transient(e) {
+/// A failed request as a CNI error naming what was asked: API refusals keep the server's
+/// message; everything else is code 11 (try again later) when transient or out of time, else 5
+/// (I/O).
+fn cni_error(what: &str, f: &Failure) -> CniError {
+    let e = match f {
+        Failure::Kube(e) => e,
+        Failure::NoAnswer(t) => {
+            return CniError::new(
+                ErrorCode::TryAgainLater,
+                format!(
+                    "Kubernetes API: {what}: no whole answer within {} s",
+                    t.as_secs_f32()
+                ),
+            );
+        }
+        Failure::OutOfTime => {
+            return CniError::new(
+                ErrorCode::TryAgainLater,
+                format!(
+                    "Kubernetes API: {what}: no answer before the {} s this call may spend on \
+                     the API ran out",
+                    API_BUDGET.as_secs()
+                ),
+            );
+        }
+    };
+    let code = if f.transient() {
         ErrorCode::TryAgainLater
     } else {
         ErrorCode::Io
@@ -108,69 +159,114 @@ fn cni_error(what: &str, e: &kube::Error) -> CniError {
     CniError::new(code, format!("Kubernetes API: {what}: {detail}"))
 }
 
-/// The real API, through kube-rs from a kubeconfig, on a current-thread tokio runtime.
+/// The real API, through kube-rs from a kubeconfig, on a current-thread tokio runtime. One is
+/// built per CNI call.
 pub struct KubeCluster {
     rt: tokio::runtime::Runtime,
-    client: kube::Client,
+    kubeconfig: PathBuf,
+    /// Replaced when the API refuses the token (401): see [`KubeCluster::with_retries`].
+    client: Mutex<kube::Client>,
+    /// When this call's [`API_BUDGET`] is spent.
+    deadline: Instant,
 }
 
 impl KubeCluster {
     /// A client from `kubeconfig`. The file (and a `tokenFile` it names) is read now, on every
     /// CNI call: a rotated service-account token is always the current one.
     pub fn from_kubeconfig(kubeconfig: &Path) -> Result<KubeCluster, CniError> {
-        let bad = |e: &dyn std::fmt::Display| {
-            CniError::new(
-                ErrorCode::InvalidConfig,
-                format!("kubeconfig {}: {e}", kubeconfig.display()),
-            )
-        };
+        let deadline = Instant::now() + API_BUDGET;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| CniError::new(ErrorCode::Internal, format!("tokio runtime: {e}")))?;
-        let mut kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| bad(&e))?;
-        inline_token_files(&mut kc).map_err(|e| bad(&e))?;
-        let mut cfg = rt
-            .block_on(kube::Config::from_custom_kubeconfig(
-                kc,
-                &kube::config::KubeConfigOptions::default(),
-            ))
-            .map_err(|e| bad(&e))?;
-        cfg.default_retry = false;
-        cfg.connect_timeout = Some(CONNECT_TIMEOUT);
-        cfg.read_timeout = Some(REQUEST_TIMEOUT);
-        cfg.write_timeout = Some(REQUEST_TIMEOUT);
-        let client = {
-            // The client spawns its connection tasks on the current runtime.
-            let _guard = rt.enter();
-            kube::Client::try_from(cfg).map_err(|e| bad(&e))?
-        };
-        Ok(KubeCluster { rt, client })
+        let client = rt.block_on(client_from(kubeconfig))?;
+        Ok(KubeCluster {
+            rt,
+            kubeconfig: kubeconfig.to_path_buf(),
+            client: Mutex::new(client),
+            deadline,
+        })
     }
 
-    /// Runs `op` until it succeeds, fails for good, or the retries run out. `retry_not_found`
-    /// also retries a 404 (a pod the API server does not show yet).
-    fn with_retries<T, F, Fut>(&self, retry_not_found: bool, op: F) -> Result<T, kube::Error>
+    fn client(&self) -> kube::Client {
+        self.client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// One attempt of `request`, bounded by [`REQUEST_TIMEOUT`] and what is left of the budget.
+    async fn attempt<T>(
+        &self,
+        request: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, Failure> {
+        let limit = REQUEST_TIMEOUT.min(self.deadline.saturating_duration_since(Instant::now()));
+        if limit.is_zero() {
+            return Err(Failure::OutOfTime);
+        }
+        match tokio::time::timeout(limit, request).await {
+            Ok(answer) => answer.map_err(Failure::Kube),
+            Err(_) if limit < REQUEST_TIMEOUT => Err(Failure::OutOfTime),
+            Err(_) => Err(Failure::NoAnswer(limit)),
+        }
+    }
+
+    /// Runs `op` (given the client) until it succeeds, fails for good, or the retries or the
+    /// budget run out. `retry_not_found` also retries a 404 (a pod the API server does not show
+    /// yet). The first 401 rebuilds the client from the kubeconfig, whose token file may have
+    /// been replaced since this call read it (the old token revoked with the pod that held it),
+    /// and retries at once.
+    fn with_retries<T, F, Fut>(&self, retry_not_found: bool, op: F) -> Result<T, Failure>
     where
-        F: Fn() -> Fut,
+        F: Fn(kube::Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, kube::Error>>,
     {
         self.rt.block_on(async {
             let mut waits = BACKOFF.iter();
+            let mut reread = false;
             loop {
-                match op().await {
+                let e = match self.attempt(op(self.client())).await {
                     Ok(v) => return Ok(v),
-                    Err(e) => {
-                        let again = transient(&e) || (retry_not_found && is_not_found(&e));
-                        match waits.next() {
-                            Some(wait) if again => tokio::time::sleep(*wait).await,
-                            _ => return Err(e),
-                        }
+                    Err(e) => e,
+                };
+                if e.is_status(401) && !reread {
+                    reread = true;
+                    if let Ok(client) = client_from(&self.kubeconfig).await {
+                        *self.client.lock().unwrap_or_else(|p| p.into_inner()) = client;
+                        continue;
                     }
+                }
+                let again = e.transient() || (retry_not_found && e.is_not_found());
+                let left = self.deadline.saturating_duration_since(Instant::now());
+                match waits.next() {
+                    Some(wait) if again && *wait < left => tokio::time::sleep(*wait).await,
+                    _ => return Err(e),
                 }
             }
         })
     }
+}
+
+/// A client from the kubeconfig file, its current context's token file read now.
+async fn client_from(kubeconfig: &Path) -> Result<kube::Client, CniError> {
+    let bad = |e: &dyn std::fmt::Display| {
+        CniError::new(
+            ErrorCode::InvalidConfig,
+            format!("kubeconfig {}: {e}", kubeconfig.display()),
+        )
+    };
+    let mut kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| bad(&e))?;
+    inline_token_file(&mut kc).map_err(|e| bad(&e))?;
+    let mut cfg =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| bad(&e))?;
+    cfg.default_retry = false;
+    cfg.connect_timeout = Some(CONNECT_TIMEOUT);
+    cfg.read_timeout = Some(REQUEST_TIMEOUT);
+    cfg.write_timeout = Some(REQUEST_TIMEOUT);
+    // The client spawns its connection tasks on the runtime this runs on.
+    kube::Client::try_from(cfg).map_err(|e| bad(&e))
 }
 
 impl Cluster for KubeCluster {
@@ -180,51 +276,78 @@ impl Cluster for KubeCluster {
         name: &str,
         wait_for_pod: bool,
     ) -> Result<Option<Pod>, CniError> {
-        let api: Api<KubePod> = Api::namespaced(self.client.clone(), namespace);
-        match self.with_retries(wait_for_pod, || api.get(name)) {
-            Ok(p) => Ok(Some(Pod::from_kube(p))),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(cni_error(&format!("get pod {namespace}/{name}"), &e)),
+        let what = format!("get pod {namespace}/{name}");
+        let got = self.with_retries(wait_for_pod, |client| async move {
+            Api::<KubePod>::namespaced(client, namespace)
+                .get(name)
+                .await
+        });
+        match got {
+            Ok(p) => {
+                let pod = Pod::from_kube(p);
+                answers_for(&what, (&pod.namespace, &pod.name), (namespace, name))?;
+                Ok(Some(pod))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(cni_error(&what, &e)),
         }
     }
 
     fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
-        let api: Api<NetworkAttachmentDefinition> =
-            Api::namespaced(self.client.clone(), &r.namespace);
-        match self.with_retries(false, || api.get(&r.name)) {
-            Ok(nad) => Ok(Some(nad)),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(cni_error(
-                &format!("get network-attachment-definition {r}"),
-                &e,
-            )),
+        let what = format!("get network-attachment-definition {r}");
+        let got = self.with_retries(false, |client| async move {
+            Api::<NetworkAttachmentDefinition>::namespaced(client, &r.namespace)
+                .get(&r.name)
+                .await
+        });
+        match got {
+            Ok(nad) => {
+                let meta = &nad.metadata;
+                answers_for(
+                    &what,
+                    (
+                        meta.namespace.as_deref().unwrap_or_default(),
+                        meta.name.as_deref().unwrap_or_default(),
+                    ),
+                    (&r.namespace, &r.name),
+                )?;
+                Ok(Some(nad))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(cni_error(&what, &e)),
         }
     }
 
     fn set_network_status(&self, pod: &Pod, value: &str) -> Result<(), CniError> {
-        let api: Api<KubePod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let mut patch = json!({"metadata": {"annotations": {
             netattach::NETWORK_STATUS_ANNOTATION: value
         }}});
         // A UID in the patch is a precondition: a pod recreated under the same name since
-        // (another UID) gets a 409 instead of this sandbox's status.
-        if !pod.uid.is_empty() {
+        // (another UID) gets a 409 instead of this sandbox's status. Not for a static pod: the
+        // UID the runtime knows it by (when its annotations came from the runtime) is the
+        // kubelet's, not its mirror's, and the API would refuse every patch.
+        if !pod.uid.is_empty() && !pod.is_static() {
             patch["metadata"]["uid"] = json!(pod.uid);
         }
         let params = PatchParams::default();
         let patch = Patch::Merge(&patch);
-        self.with_retries(false, || api.patch_status(&pod.name, &params, &patch))
-            .map(drop)
-            .map_err(|e| {
-                cni_error(
-                    &format!("set network-status of pod {}/{}", pod.namespace, pod.name),
-                    &e,
-                )
-            })
+        let (params, patch) = (&params, &patch);
+        self.with_retries(false, |client| async move {
+            Api::<KubePod>::namespaced(client, &pod.namespace)
+                .patch_status(&pod.name, params, patch)
+                .await
+        })
+        .map(drop)
+        .map_err(|e| {
+            cni_error(
+                &format!("set network-status of pod {}/{}", pod.namespace, pod.name),
+                &e,
+            )
+        })
     }
 
     fn event(&self, pod: &Pod, kind: &str, reason: &str, message: &str) -> Result<(), CniError> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let api: Api<Event> = Api::namespaced(self.client(), &pod.namespace);
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let event = Event {
             metadata: ObjectMeta {
@@ -254,17 +377,29 @@ impl Cluster for KubeCluster {
         };
         // Events are best effort: one try, so a struggling API server delays no pod for them.
         self.rt
-            .block_on(api.create(&PostParams::default(), &event))
+            .block_on(self.attempt(api.create(&PostParams::default(), &event)))
             .map(drop)
             .map_err(|e| cni_error(&format!("event on pod {}/{}", pod.namespace, pod.name), &e))
     }
 }
 
-/// Reads every `tokenFile` now, trimmed, into `token`: kube-rs keeps a file's token for a
-/// minute and does not trim it, while a service-account token written with a final newline is
-/// common (client-go trims). Reading it on every CNI call is what makes rotation safe.
-fn inline_token_files(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
+/// Reads the `tokenFile` of the current context's user now, trimmed, into `token`: kube-rs
+/// keeps a file's token for a minute and does not trim it, while a service-account token written
+/// with a final newline is common (client-go trims). Reading it on every CNI call is what makes
+/// rotation safe. Other users' token files are left alone: a stale entry nobody uses must not
+/// fail every call. Without a current context, every user's is read (kube-rs then refuses the
+/// kubeconfig with its own message).
+fn inline_token_file(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
+    let current_user = kc.current_context.as_ref().and_then(|current| {
+        kc.contexts
+            .iter()
+            .find(|c| &c.name == current)
+            .and_then(|c| c.context.as_ref()?.user.clone())
+    });
     for named in &mut kc.auth_infos {
+        if current_user.as_ref().is_some_and(|u| *u != named.name) {
+            continue;
+        }
         let Some(auth) = named.auth_info.as_mut() else {
             continue;
         };
@@ -279,6 +414,21 @@ fn inline_token_files(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// An answer about another object than the one asked for (a proxy's mistake, or worse) is not
+/// used: plumb would patch, or plan from, the wrong object.
+fn answers_for(what: &str, got: (&str, &str), asked: (&str, &str)) -> Result<(), CniError> {
+    if got == asked {
+        return Ok(());
+    }
+    Err(CniError::new(
+        ErrorCode::Io,
+        format!(
+            "Kubernetes API: {what}: the answer is about {}/{}, not the object asked for",
+            got.0, got.1
+        ),
+    ))
 }
 
 /// Annotations as the planner takes them.

@@ -350,8 +350,9 @@ impl Executor<'_> {
         };
         match self.del_record(sandbox, &sandbox.netns, &ran, &|_| false) {
             Ok(_) => error,
-            Err(rollback) => error.with_details(format!(
-                "rolling back failed too, the attachment record is kept for DEL: {rollback}"
+            Err(rollback) => error.add_details(format!(
+                "rolling back failed too, the attachment record keeps what is left for DEL: \
+                 {rollback}"
             )),
         }
     }
@@ -452,6 +453,8 @@ impl Executor<'_> {
         let n = record.attachments.len();
         let mut errors = ErrorList::default();
         let mut warnings = Vec::new();
+        // What is still to undo: the attachments whose DEL failed, in their order.
+        let mut left = vec![false; n];
         for (i, a) in record.attachments.iter().enumerate().rev() {
             let outcome = recorded_list(a)
                 .and_then(|list| {
@@ -474,12 +477,60 @@ impl Executor<'_> {
                     }
                     warnings.push(e.context(describe(&a.network, &a.ifname, i, n)).to_string());
                 }
-                Err(e) => errors.push(e.context(describe(&a.network, &a.ifname, i, n))),
+                Err(e) => {
+                    left[i] = true;
+                    errors.push(e.context(describe(&a.network, &a.ifname, i, n)));
+                }
             }
         }
-        errors.into_result()?;
+        if let Err(e) = errors.into_result() {
+            return Err(self.keep_what_is_left(record, &left, e));
+        }
         self.records.remove(&record.container_id)?;
         Ok(warnings)
+    }
+
+    /// After a DEL that undid only part of `record`: the record keeps the attachments still to
+    /// undo (`left`) and no others, so the retry repeats no DEL that already succeeded (a
+    /// plugin whose second DEL fails, such as host-device once its device has left the netns,
+    /// would otherwise keep the sandbox forever) and, after a failed rollback, none of an
+    /// attachment ADD never reached.
+    fn keep_what_is_left(&self, record: &Record, left: &[bool], error: CniError) -> CniError {
+        if left.iter().all(|l| *l) {
+            // Nothing was undone: the record on disk, if it is this one, is right as it is.
+            if self
+                .records
+                .load(&record.container_id)
+                .ok()
+                .flatten()
+                .as_ref()
+                == Some(record)
+            {
+                return error;
+            }
+        }
+        let trimmed = Record {
+            attachments: record
+                .attachments
+                .iter()
+                .zip(left)
+                .filter(|(_, l)| **l)
+                .map(|(a, _)| a.clone())
+                .collect(),
+            ..record.clone()
+        };
+        let trimmed = self
+            .records
+            .stage(&trimmed)
+            .map_err(CniError::from)
+            .and_then(|staged| staged.commit_durable());
+        match trimmed {
+            Ok(()) => error,
+            Err(e) => error.add_details(format!(
+                "and the attachment record could not be trimmed to what is left, so a retry \
+                 repeats every DEL: {e}"
+            )),
+        }
     }
 
     /// CHECK of every recorded attachment, in order; the first failure is returned.

@@ -213,8 +213,12 @@ impl Planner<'_> {
             && let Some(value) = pod.annotations.get(DEFAULT_NETWORK_ANNOTATION)
             && !value.trim().is_empty()
         {
-            let elements = selection::parse(value)
-                .map_err(|e| invalid(format!("annotation {DEFAULT_NETWORK_ANNOTATION:?}: {e}")))?;
+            let elements = selection::parse(value).map_err(|e| {
+                invalid(format!(
+                    "invalid {DEFAULT_NETWORK_ANNOTATION:?} annotation: {}",
+                    e.detail()
+                ))
+            })?;
             let [element] = elements.as_slice() else {
                 return Err(invalid(format!(
                     "annotation {DEFAULT_NETWORK_ANNOTATION:?} must name exactly one network, \

@@ -222,13 +222,39 @@ impl Call {
         Ok(plan)
     }
 
+    /// The API and the pod to write to (status, events): only a pod the runtime named in
+    /// `CNI_ARGS`. Without `K8S_POD_*` the pod is a stand-in named for logs, and writing to it
+    /// would touch whatever pod has that name.
+    fn pod_to_write<'p>(&self, pod: Option<&'p Pod>) -> Option<(&dyn Cluster, &'p Pod)> {
+        self.pod_args.as_ref()?;
+        Some((self.cluster()?, pod?))
+    }
+
     fn warn_pod(&self, pod: Option<&Pod>, reason: &str, e: &CniError) {
-        if let (Some(c), Some(p)) = (self.cluster(), pod)
+        if let Some((c, p)) = self.pod_to_write(pod)
             && let Err(ev) = c.event(p, "Warning", reason, &e.to_string())
         {
             self.log.error(&format!("could not record an event: {ev}"));
         }
     }
+}
+
+/// The records of every sandbox plumb holds, and why any could not be read.
+fn recorded_sandboxes(call: &Call) -> (Vec<crate::record::Record>, Vec<CniError>) {
+    let (mut records, mut unreadable) = (Vec::new(), Vec::new());
+    match call.records.list() {
+        Ok(ids) => {
+            for id in ids {
+                match call.records.load(&id) {
+                    Ok(Some(r)) => records.push(r),
+                    Ok(None) => {}
+                    Err(e) => unreadable.push(CniError::from(e)),
+                }
+            }
+        }
+        Err(e) => unreadable.push(e.into()),
+    }
+    (records, unreadable)
 }
 
 /// `pod` as errors name it.
@@ -324,7 +350,7 @@ impl Plumb<'_> {
             ));
         }
         let t_delegates = start.elapsed();
-        if let (Some(cluster), Some(pod)) = (call.cluster(), pod.as_ref()) {
+        if let Some((cluster, pod)) = call.pod_to_write(pod.as_ref()) {
             // Multus compares the pod's *name* here (multus-reference §8 quirk 1); plumb the
             // namespace, as the key's name says.
             if !call.config.system_namespaces.contains(&pod.namespace)
@@ -335,7 +361,7 @@ impl Plumb<'_> {
                 call.warn_pod(Some(pod), "AttachFailed", &e);
                 return Err(match undo {
                     None => e,
-                    Some(u) => e.with_details(format!("and undoing the attachments failed: {u}")),
+                    Some(u) => e.add_details(format!("and undoing the attachments failed: {u}")),
                 });
             }
             if call.config.attachment_events {
@@ -438,22 +464,36 @@ impl Plumb<'_> {
         Ok(())
     }
 
-    /// Every network plumb knows of: the configured ones, and those of recorded sandboxes. A
-    /// name that two different configurations share is left out (with a log line): which
-    /// plugins would collect its garbage cannot be told.
-    fn known_networks(&self, call: &Call) -> Result<Vec<NetworkConfigList>, CniError> {
+    /// Every network plumb knows of: the configured ones, and those of recorded sandboxes, with
+    /// the records that could not be read. A record that cannot be read (damaged, or written by
+    /// another plumb version) only leaves its networks out: one bad file must not make STATUS
+    /// report the node's network down, nor stop GC of every other network. A name that two
+    /// different configurations share is left out (with a log line): which plugins would
+    /// collect its garbage cannot be told.
+    fn known_networks(
+        &self,
+        call: &Call,
+    ) -> Result<(Vec<NetworkConfigList>, Vec<CniError>), CniError> {
         let mut lists: Vec<NetworkConfigList> = call
             .plan(None, "eth0", None)?
             .attachments
             .into_iter()
             .map(|a| a.list)
             .collect();
-        for id in call.records.list()? {
-            if let Some(r) = call.records.load(&id)? {
-                for a in &r.attachments {
-                    lists.push(crate::execute::recorded_list(a)?);
+        let (records, mut unreadable) = recorded_sandboxes(call);
+        for r in &records {
+            for a in &r.attachments {
+                match crate::execute::recorded_list(a) {
+                    Ok(l) => lists.push(l),
+                    Err(e) => unreadable.push(
+                        e.context(format!("attachment record of container {}", r.container_id)),
+                    ),
                 }
             }
+        }
+        for e in &unreadable {
+            call.log
+                .error(&format!("{e}; its networks are left out of GC and STATUS"));
         }
         // First occurrence wins the position (the default network stays first).
         let mut out: Vec<NetworkConfigList> = Vec::new();
@@ -474,7 +514,7 @@ impl Plumb<'_> {
             ));
         }
         out.retain(|l| !ambiguous.contains(&l.name));
-        Ok(out)
+        Ok((out, unreadable))
     }
 
     fn do_gc(&self, call: &Call, args: &CmdArgs) -> Result<(), CniError> {
@@ -499,29 +539,68 @@ impl Plumb<'_> {
         })?;
         let live: BTreeSet<&str> = valid.iter().map(|a| a.container_id.as_str()).collect();
         let exec = self.executor(call);
+        // Every failure is reported, and none stops the rest (CNI spec: GC continues).
         let mut errors = ErrorList::default();
-        for id in call.records.list()? {
-            if live.contains(id.as_str()) {
-                continue;
+        match call.records.list() {
+            Ok(ids) => {
+                for id in ids.iter().filter(|id| !live.contains(id.as_str())) {
+                    let stale = Sandbox {
+                        container_id: id.clone(),
+                        ..Sandbox::default()
+                    };
+                    if let Err(e) = exec.del(&stale, "") {
+                        errors.push(e.context(format!("GC of stale container {id}")));
+                    }
+                }
             }
-            let stale = Sandbox {
-                container_id: id.clone(),
-                ..Sandbox::default()
-            };
-            if let Err(e) = exec.del(&stale, "") {
-                errors.push(e.context(format!("GC of stale container {id}")));
+            Err(e) => errors.push(e.into()),
+        }
+        // Then each delegate network. An attachment of a live sandbox stays valid when the
+        // result cache has it (plumb's delegates, or Multus's before a migration) or plumb's
+        // record does (the cache is not written durably; the record is).
+        let cached = match call.cni.cache.list(None) {
+            Ok(c) => c,
+            Err(e) => {
+                // Without it a live attachment would look stale, and lose its address.
+                errors.push(e.context("GC of the delegate networks skipped"));
+                return errors.into_result();
+            }
+        };
+        let (networks, unreadable) = match self.known_networks(call) {
+            Ok(known) => known,
+            Err(e) => {
+                errors.push(e.context("GC of the delegate networks skipped"));
+                return errors.into_result();
+            }
+        };
+        for e in unreadable {
+            errors.push(e);
+        }
+        let (records, _) = recorded_sandboxes(call);
+        let mut in_use: BTreeSet<(String, String, String)> = cached
+            .iter()
+            .map(|c| {
+                (
+                    c.network_name.clone(),
+                    c.container_id.clone(),
+                    c.if_name.clone(),
+                )
+            })
+            .collect();
+        for r in &records {
+            for a in &r.attachments {
+                if let Ok(l) = crate::execute::recorded_list(a) {
+                    in_use.insert((l.name, r.container_id.clone(), a.ifname.clone()));
+                }
             }
         }
-        // Then each delegate network: every cached attachment of a live sandbox stays valid
-        // (whether plumb recorded it or not, e.g. after a migration from Multus).
-        let cached = call.cni.cache.list(None)?;
-        for list in self.known_networks(call)? {
-            let valid: Vec<GcAttachment> = cached
+        for list in networks {
+            let valid: Vec<GcAttachment> = in_use
                 .iter()
-                .filter(|c| c.network_name == list.name && live.contains(c.container_id.as_str()))
-                .map(|c| GcAttachment {
-                    container_id: c.container_id.clone(),
-                    ifname: c.if_name.clone(),
+                .filter(|(net, id, _)| *net == list.name && live.contains(id.as_str()))
+                .map(|(_, id, ifname)| GcAttachment {
+                    container_id: id.clone(),
+                    ifname: ifname.clone(),
                 })
                 .collect();
             if let Err(e) = call.cni.gc_network_list(&list, &valid) {
@@ -596,8 +675,10 @@ impl Plugin for Plumb<'_> {
                 ),
             ));
         }
-        // known_networks lists the configured networks first, the default one leading.
-        for list in self.known_networks(&call).map_err(not_available)? {
+        // known_networks lists the configured networks first, the default one leading; it logs
+        // the records it could not read, which say nothing of whether pods can be attached.
+        let (networks, _unreadable) = self.known_networks(&call).map_err(not_available)?;
+        for list in networks {
             call.cni
                 .status_network_list(&list)
                 .map_err(|e| not_available(e.context(format!("network {:?}", list.name))))?;

@@ -652,3 +652,124 @@ fn a_status_write_that_keeps_failing_undoes_the_attachments() {
     ok(&c.call("DEL", &ns, ("default", "nostatus", &uid), "cnostatus"));
     c.assert_nothing_left(&ns, "cnostatus");
 }
+
+#[test]
+fn a_static_pod_whose_annotations_come_from_the_runtime_gets_its_status() {
+    // The runtime knows a static pod by the kubelet's UID (the config hash), not by its mirror
+    // pod's: that UID must not become a precondition the API refuses on every retry.
+    let c = Cluster::new(220);
+    let annotations = json!({"kubernetes.io/config.source": "file",
+                             "kubernetes.io/config.mirror": "h1", NETWORKS: "net-a"});
+    let mut config = c.config.clone();
+    config["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": annotations.clone()});
+    let c = Cluster { config, ..c };
+    c.pod("default", "static-web", annotations);
+    let ns = Netns::new();
+    let pod = ("default", "static-web", "static-hash-uid");
+    ok(&c.call("ADD", &ns, pod, "cstatic"));
+    assert_eq!(c.status_of("default", "static-web").unwrap().len(), 2);
+    ok(&c.call("DEL", &ns, pod, "cstatic"));
+    c.assert_nothing_left(&ns, "cstatic");
+}
+
+#[test]
+fn without_the_pods_name_plumb_writes_to_no_pod() {
+    // Annotations from the runtime but no K8S_POD_* in CNI_ARGS: the attachments are made,
+    // and no status or event goes to a pod plumb could only guess the name of.
+    let c = Cluster::new(221);
+    c.pod("default", "sandbox", json!({}));
+    let mut config = c.config.clone();
+    config["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": {NETWORKS: "net-a"}});
+    let ns = Netns::new();
+    let netns = ns.path().display().to_string();
+    let call = |command| {
+        run(&CniCall {
+            command,
+            container_id: "cnoargs",
+            netns: &netns,
+            ifname: "eth0",
+            args: "IgnoreUnknown=1",
+            config: &config,
+        })
+    };
+    ok(&call("ADD"));
+    assert_eq!(ns.addresses("net1"), ["10.221.2.2/24"]);
+    let writes: Vec<String> = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
+    assert!(c.status_of("default", "sandbox").is_none());
+    ok(&call("DEL"));
+    c.assert_nothing_left(&ns, "cnoargs");
+}
+
+#[test]
+fn a_token_rotated_during_the_call_is_picked_up() {
+    // The token is replaced, and the old one revoked, while an ADD waits on the API: the 401
+    // makes plumb read the kubeconfig's token file again, once, and go on.
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(222);
+    let uid = c.pod("default", "midrot", json!({NETWORKS: "net-a"}));
+    let old = fs::read_to_string(&c.token_file).unwrap();
+    c.api.add_fault(
+        Fault::new(FaultKind::Latency(std::time::Duration::from_millis(800)))
+            .method("GET")
+            .path("/apis/k8s.cni.cncf.io")
+            .times(1),
+    );
+    let ns = Netns::new();
+    let new = format!("rotated-mid-{}", std::process::id());
+    let pod = ("default", "midrot", uid.as_str());
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            c.api.accept_token(&new);
+            fs::write(&c.token_file, &new).unwrap();
+            c.api.revoke_token(old.trim());
+        });
+        c.call("ADD", &ns, pod, "cmidrot")
+    });
+    ok(&out);
+    let statuses: Vec<u16> = c.api.requests().iter().map(|r| r.status).collect();
+    assert!(
+        statuses.contains(&401),
+        "the old token was never refused: {statuses:?}"
+    );
+    assert_eq!(c.status_of("default", "midrot").unwrap().len(), 2);
+    ok(&c.call("DEL", &ns, pod, "cmidrot"));
+    c.assert_nothing_left(&ns, "cmidrot");
+}
+
+#[test]
+fn an_api_server_that_does_not_answer_fails_the_call_in_bounded_time() {
+    // Each attempt gives up after 5 s, and all of a call's API work after 30 s: the runtime
+    // gets plumb's error (code 11, try again) well within its own 2 minutes.
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(223);
+    let uid = c.pod("default", "mute", json!({NETWORKS: "net-a"}));
+    c.api.add_fault(
+        Fault::new(FaultKind::Latency(std::time::Duration::from_secs(600)))
+            .method("GET")
+            .path("/api/v1/namespaces/default/pods/mute"),
+    );
+    let ns = Netns::new();
+    let started = std::time::Instant::now();
+    let e = err(&c.call("ADD", &ns, ("default", "mute", &uid), "cmute"));
+    let took = started.elapsed();
+    assert_eq!(e["code"], 11, "{e}");
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("get pod default/mute") && msg.contains("30 s"),
+        "{e}"
+    );
+    // Retried until the budget ran out, and no longer (7 attempts of 5 s would take 38 s).
+    assert!(
+        took >= std::time::Duration::from_secs(25) && took < std::time::Duration::from_secs(35),
+        "{took:?}"
+    );
+    c.assert_nothing_left(&ns, "cmute");
+}

@@ -159,15 +159,21 @@ fn when_the_rollback_fails_too_the_record_stays_for_del() {
     });
     let e = err(&p.call("ADD", "c-stuck"));
     assert!(
-        e["details"].as_str().unwrap().contains("record is kept"),
+        e["details"]
+            .as_str()
+            .unwrap()
+            .contains("record keeps what is left"),
         "{e}"
     );
-    // What could be undone was: the first attachment is gone and its address released.
+    // What could be undone was: the first attachment is gone and its address released, and
+    // the record keeps only the one still to undo.
     assert_eq!(p.ns.links(), ["lo"]);
     assert_eq!(p.node.all_allocations(), 0);
     let record: Value =
         serde_json::from_slice(&fs::read(p.node.record("c-stuck")).unwrap()).unwrap();
-    assert_eq!(record["attachments"].as_array().unwrap().len(), 2);
+    let kept = record["attachments"].as_array().unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0]["network"], "broken");
     // DEL keeps failing, naming the delegate, and keeps the record.
     let e = err(&p.call("DEL", "c-stuck"));
     assert!(e["msg"].as_str().unwrap().contains("broken"), "{e}");
@@ -511,5 +517,122 @@ fn a_first_delegate_that_cannot_start_leaves_no_record_behind() {
         b.calls_of("DEL").len(),
         1,
         "the network that can run is deleted"
+    );
+}
+
+#[test]
+fn a_failed_rollback_keeps_only_what_is_left_to_undo() {
+    // net-b fails ADD, and its rollback DEL fails once; net-c (whose plugin is not installed)
+    // was never reached. The record keeps net-b alone: the runtime's DEL neither stumbles on
+    // net-c forever nor repeats net-a's DEL.
+    use testkit::fake_plugin::{FakePlugin, sequence};
+    let node = Node::new();
+    let bin = node.path("bin");
+    let a = FakePlugin::install(&bin, "fake-a");
+    let b = FakePlugin::install(&bin, "fake-b");
+    b.fail("ADD", 11, "try later");
+    b.fail("DEL", 11, "transient DEL failure");
+    let config = node.config(json!({"binDir": bin, "delegates": [
+        {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
+        {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"},
+        {"cniVersion": "1.0.0", "name": "net-c", "type": "no-such-plugin"}]}));
+    let call = |command| fake_call(&config, command, "c-kept");
+    let e = err(&call("ADD"));
+    // The delegate's own message and the rollback's both reach the runtime.
+    let details = e["details"].as_str().unwrap_or_default();
+    assert!(
+        e["msg"].as_str().unwrap().contains("try later")
+            && details.contains("transient DEL failure"),
+        "{e}"
+    );
+    let record: Value = serde_json::from_slice(&fs::read(node.record("c-kept")).unwrap()).unwrap();
+    let kept: Vec<&str> = record["attachments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["network"].as_str().unwrap())
+        .collect();
+    assert_eq!(kept, ["net-b"]);
+
+    b.respond("DEL", "", "", 0);
+    ok(&call("DEL"));
+    assert!(!node.record("c-kept").exists());
+    assert_eq!(a.calls_of("DEL").len(), 1, "net-a was deleted again");
+    assert_eq!(
+        sequence(&bin),
+        [
+            ("fake-a".into(), "ADD".into()),
+            ("fake-b".into(), "ADD".into()),
+            ("fake-b".into(), "DEL".into()),
+            ("fake-a".into(), "DEL".into()),
+            ("fake-b".into(), "DEL".into()),
+        ]
+    );
+}
+
+#[test]
+fn a_retried_del_repeats_no_del_that_succeeded() {
+    // A plugin whose second DEL fails (host-device, once its device has left the netns) must
+    // not keep the sandbox forever because another attachment's DEL failed once.
+    use testkit::fake_plugin::FakePlugin;
+    let node = Node::new();
+    let bin = node.path("bin");
+    let a = FakePlugin::install(&bin, "fake-a");
+    let b = FakePlugin::install(&bin, "fake-b");
+    let config = node.config(json!({"binDir": bin, "delegates": [
+        {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
+        {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"}]}));
+    let call = |command| fake_call(&config, command, "c-retry");
+    ok(&call("ADD"));
+    a.fail("DEL", 11, "transient");
+    let e = err(&call("DEL"));
+    assert!(e["msg"].as_str().unwrap().contains("net-a"), "{e}");
+    assert!(node.record("c-retry").exists());
+    // net-b's second DEL would fail now.
+    b.fail("DEL", 999, "failed to find \"net1\": Link not found");
+    a.respond("DEL", "", "", 0);
+    ok(&call("DEL"));
+    assert!(!node.record("c-retry").exists());
+    assert_eq!(b.calls_of("DEL").len(), 1);
+    assert_eq!(a.calls_of("DEL").len(), 2);
+}
+
+#[test]
+fn one_unreadable_record_spoils_neither_status_nor_gc() {
+    // A damaged record, or one a newer plumb wrote, says nothing about whether pods can be
+    // attached: STATUS stays fine; GC does its work and reports the record.
+    use testkit::fake_plugin::FakePlugin;
+    let node = Node::new();
+    let bin = node.path("bin");
+    let a = FakePlugin::install(&bin, "fake-a");
+    let mut config = node.config(json!({"cniVersion": "1.1.0", "binDir": bin, "delegates": [
+        {"cniVersion": "1.1.0", "name": "net-a", "type": "fake-a"}]}));
+    let call = |command: &str, cid: &str, config: &Value| fake_call(config, command, cid);
+    ok(&call("ADD", "c-live", &config));
+    ok(&call("ADD", "c-gone", &config));
+    fs::write(node.record("c-other"), r#"{"version":99,"attachments":[]}"#).unwrap();
+    ok(&call("STATUS", "", &config));
+    assert_eq!(a.calls_of("STATUS").len(), 1);
+
+    // The live sandbox's cache entry is lost (it is not written durably): its record still
+    // keeps its attachment valid.
+    for f in fs::read_dir(node.cache_dir().join("results")).unwrap() {
+        let f = f.unwrap().path();
+        if f.to_string_lossy().contains("c-live") {
+            fs::remove_file(f).unwrap();
+        }
+    }
+    config["cni.dev/valid-attachments"] = json!([{"containerID": "c-live", "ifname": "eth0"}]);
+    let e = err(&call("GC", "", &config));
+    assert!(e["msg"].as_str().unwrap().contains("c-other"), "{e}");
+    assert!(
+        !node.record("c-gone").exists(),
+        "the stale sandbox was not deleted"
+    );
+    let gc = a.calls_of("GC");
+    assert_eq!(gc.len(), 1);
+    assert_eq!(
+        gc[0].stdin_json()["cni.dev/valid-attachments"],
+        json!([{"containerID": "c-live", "ifname": "eth0"}])
     );
 }

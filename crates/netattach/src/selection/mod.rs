@@ -170,6 +170,15 @@ impl SelectionError {
         }
     }
 
+    /// What is wrong, without the annotation's name: for a selection read from another
+    /// annotation (Multus's `v1.multus-cni.io/default-network` takes the same format).
+    pub fn detail(&self) -> String {
+        match self {
+            SelectionError::Malformed { reason } => reason.clone(),
+            SelectionError::Element { at, reason } => format!("{at}: {reason}"),
+        }
+    }
+
     /// The element's location, for the `Element` kind.
     pub fn location(&self) -> Option<&Location> {
         match self {

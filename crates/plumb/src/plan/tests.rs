@@ -233,6 +233,23 @@ fn the_default_network_annotation_replaces_the_cluster_network() {
     )
     .unwrap_err();
     assert!(e.msg.contains("exactly one"), "{e}");
+
+    // A bad value is blamed on this annotation, not on the networks one.
+    let e = plan(
+        &config(json!({})),
+        Some(&pod(
+            "default",
+            &[(DEFAULT_NETWORK_ANNOTATION, "[{\"nam\": 1}]")],
+        )),
+        "eth0",
+        &fake,
+        None,
+    )
+    .unwrap_err();
+    assert!(
+        e.msg.contains(DEFAULT_NETWORK_ANNOTATION) && !e.msg.contains(NETWORKS_ANNOTATION),
+        "{e}"
+    );
 }
 
 #[test]
