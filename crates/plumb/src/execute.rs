@@ -349,7 +349,10 @@ impl Executor<'_> {
             ..record.clone()
         };
         match self.del_record(sandbox, &sandbox.netns, &ran, &|_| false) {
-            Ok(_) => error,
+            Ok(_) => {
+                self.nothing_left_to_undo(record);
+                error
+            }
             Err(rollback) => error.add_details(format!(
                 "rolling back failed too, the attachment record keeps what is left for DEL: \
                  {rollback}"
@@ -488,6 +491,33 @@ impl Executor<'_> {
         }
         self.records.remove(&record.container_id)?;
         Ok(warnings)
+    }
+
+    /// Undoes a whole ADD that succeeded but must not stand (the pod's status could not be
+    /// written): DEL of every attachment, then [`Executor::nothing_left_to_undo`].
+    pub fn undo(&self, sandbox: &Sandbox) -> Result<(), CniError> {
+        let record = self.records.load(&sandbox.container_id)?;
+        self.del(sandbox, &sandbox.netns)?;
+        if let Some(r) = record {
+            self.nothing_left_to_undo(&r);
+        }
+        Ok(())
+    }
+
+    /// After a failed ADD was wholly undone: a record with no attachment, so that the DEL the
+    /// runtime sends after a failed ADD (CNI spec) has nothing to do, rather than planning the
+    /// pod's networks from the API again and repeating every DEL (which a plugin that does not
+    /// tolerate a second DEL, such as host-device, fails while the netns lives). DEL and GC
+    /// remove it. Not made durable: if it is lost, DEL plans from the API as without it.
+    fn nothing_left_to_undo(&self, record: &Record) {
+        let empty = Record {
+            attachments: Vec::new(),
+            ..record.clone()
+        };
+        // Best effort, for the same reason.
+        if let Ok(staged) = self.records.stage(&empty) {
+            let _ = staged.commit();
+        }
     }
 
     /// After a DEL that undid only part of `record`: the record keeps the attachments still to

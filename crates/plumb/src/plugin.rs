@@ -357,7 +357,7 @@ impl Plumb<'_> {
                 && let Err(e) = cluster.set_network_status(pod, &network_status(&added))
             {
                 // The pod would run without its status: undo, and let the runtime retry.
-                let undo = exec.del(&sandbox, &sandbox.netns).err();
+                let undo = exec.undo(&sandbox).err();
                 call.warn_pod(Some(pod), "AttachFailed", &e);
                 return Err(match undo {
                     None => e,

@@ -366,6 +366,12 @@ fn a_malformed_device_plugin_file_fails_clearly_and_leaves_nothing() {
     );
     // The cluster network, added before, was rolled back; the fake never ran.
     assert!(n.sriov_a.calls_of("ADD").is_empty());
+    assert!(n.node.left_to_undo("cd4").is_empty());
+    ok(&n.call("DEL", &ns, "vf-pod", "cd4"));
+    assert!(
+        n.sriov_a.calls_of("DEL").is_empty(),
+        "the runtime's DEL redid the rollback"
+    );
     n.assert_nothing_left(&ns, "cd4");
 }
 
@@ -555,5 +561,12 @@ fn a_later_delegate_failing_rolls_back_the_device_info_files_too() {
     );
     // sriov-a ran and got its file; the rollback DELeted it and removed the file.
     assert_eq!(n.sriov_a.calls_of("DEL").len(), 1);
+    assert!(n.node.left_to_undo("cd11").is_empty());
+    ok(&n.call("DEL", &ns, "vf-pod", "cd11"));
+    assert_eq!(
+        n.sriov_a.calls_of("DEL").len(),
+        1,
+        "the runtime's DEL redid the rollback"
+    );
     n.assert_nothing_left(&ns, "cd11");
 }

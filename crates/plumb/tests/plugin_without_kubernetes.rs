@@ -132,12 +132,13 @@ fn a_delegate_failing_midway_is_rolled_back_and_named() {
         msg.contains("attachment 2 of 2") && msg.contains("tuned") && msg.contains("net1"),
         "{e}"
     );
-    // Nothing is left: both attachments were undone, no address is held, no record.
+    // Nothing is left: both attachments were undone, no address is held, nothing to undo.
     assert_eq!(p.ns.links(), ["lo"]);
     assert_eq!(p.node.all_allocations(), 0);
-    assert!(!p.node.record("c-fail").exists(), "{e}");
-    // The runtime's DEL after a failed ADD succeeds.
+    assert!(p.node.left_to_undo("c-fail").is_empty(), "{e}");
+    // The runtime's DEL after a failed ADD succeeds, and the record goes.
     ok(&p.call("DEL", "c-fail"));
+    assert!(!p.node.record("c-fail").exists());
 }
 
 #[test]
@@ -444,6 +445,11 @@ fn attachments_after_a_failure_are_neither_added_nor_deleted() {
         ["fake-a ADD", "fake-b ADD", "fake-b DEL", "fake-a DEL"]
     );
     assert!(c.calls().is_empty());
+    // The runtime's DEL after the failed ADD has nothing left to undo: it runs no plugin
+    // (DELs planned again would repeat the rollback's, and reach net-c, which never ran).
+    assert!(node.left_to_undo("c-three").is_empty());
+    ok(&fake_call(&config, "DEL", "c-three"));
+    assert_eq!(sequence(&bin).len(), 4, "{:?}", sequence(&bin));
     assert!(!node.record("c-three").exists());
 }
 
@@ -501,10 +507,16 @@ fn a_first_delegate_that_cannot_start_leaves_no_record_behind() {
         "the missing plugin is named: {e}"
     );
     assert!(b.calls().is_empty(), "{:?}", sequence(&bin));
-    assert!(!node.record("c-nostart").exists());
-    assert!(state_files(&node).is_empty(), "{:?}", state_files(&node));
-    // DEL finds no record and plans the same networks: the one that cannot run is skipped,
-    // with a log line, rather than failing the sandbox's removal forever.
+    assert!(node.left_to_undo("c-nostart").is_empty());
+    assert_eq!(
+        state_files(&node),
+        ["c-nostart.json"],
+        "a temporary file is left"
+    );
+    // Without the record (lost, or a pod added before plumb), DEL plans the same networks: the
+    // one that cannot run is skipped, with a log line, rather than failing the sandbox's
+    // removal forever.
+    fs::remove_file(node.record("c-nostart")).unwrap();
     let del = call("DEL");
     let stderr = String::from_utf8_lossy(&del.stderr).to_string();
     ok(&del);

@@ -89,6 +89,22 @@ impl Node {
         self.state_dir().join(format!("{container_id}.json"))
     }
 
+    /// The networks the sandbox's record still names for DEL to undo: none when there is no
+    /// record, or when a failed ADD was wholly undone (its record then names no attachment, so
+    /// that the runtime's DEL has nothing to do).
+    pub fn left_to_undo(&self, container_id: &str) -> Vec<String> {
+        let Ok(bytes) = fs::read(self.record(container_id)) else {
+            return Vec::new();
+        };
+        let record: Value = serde_json::from_slice(&bytes).unwrap();
+        record["attachments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["network"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     /// Result cache entries left.
     pub fn cache_entries(&self) -> Vec<String> {
         fs::read_dir(self.cache_dir().join("results"))
