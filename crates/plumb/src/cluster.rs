@@ -77,9 +77,10 @@ const BACKOFF: [Duration; 6] = [
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// All the time one CNI call may spend on the API: every request, retry and backoff. The kubelet
-/// gives a whole sandbox creation 2 minutes (`--runtime-request-timeout`) and the delegates need
-/// their share; past this the call fails with code 11 and the kubelet tries again.
+/// All the time one CNI call may spend waiting on the API: every request, retry and backoff
+/// added up (the delegates' time in between does not count). The kubelet gives a whole sandbox
+/// creation 2 minutes (`--runtime-request-timeout`) and the delegates need their share; past this
+/// the call fails with code 11 and the kubelet tries again.
 const API_BUDGET: Duration = Duration::from_secs(30);
 
 /// Why a request got no answer that plumb can use.
@@ -164,17 +165,28 @@ fn cni_error(what: &str, f: &Failure) -> CniError {
 pub struct KubeCluster {
     rt: tokio::runtime::Runtime,
     kubeconfig: PathBuf,
-    /// Replaced when the API refuses the token (401): see [`KubeCluster::with_retries`].
-    client: Mutex<kube::Client>,
-    /// When this call's [`API_BUDGET`] is spent.
-    deadline: Instant,
+    /// Replaced once per call when the API refuses the token (401): see
+    /// [`KubeCluster::with_retries`].
+    client: Mutex<Client>,
+    /// How much of the budget this call's requests have spent so far.
+    spent: Mutex<Duration>,
+    budget: Duration,
+}
+
+/// The client, and whether it was already built again after a 401.
+struct Client {
+    client: kube::Client,
+    reread: bool,
 }
 
 impl KubeCluster {
     /// A client from `kubeconfig`. The file (and a `tokenFile` it names) is read now, on every
     /// CNI call: a rotated service-account token is always the current one.
     pub fn from_kubeconfig(kubeconfig: &Path) -> Result<KubeCluster, CniError> {
-        let deadline = Instant::now() + API_BUDGET;
+        Self::with_budget(kubeconfig, API_BUDGET)
+    }
+
+    fn with_budget(kubeconfig: &Path, budget: Duration) -> Result<KubeCluster, CniError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -183,8 +195,12 @@ impl KubeCluster {
         Ok(KubeCluster {
             rt,
             kubeconfig: kubeconfig.to_path_buf(),
-            client: Mutex::new(client),
-            deadline,
+            client: Mutex::new(Client {
+                client,
+                reread: false,
+            }),
+            spent: Mutex::new(Duration::ZERO),
+            budget,
         })
     }
 
@@ -192,15 +208,32 @@ impl KubeCluster {
         self.client
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .client
             .clone()
     }
 
-    /// One attempt of `request`, bounded by [`REQUEST_TIMEOUT`] and what is left of the budget.
+    /// What is left of the budget for a request that started at `started`.
+    fn left(&self, started: Instant) -> Duration {
+        let spent = *self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        self.budget.saturating_sub(spent + started.elapsed())
+    }
+
+    /// Runs `work` (one request, with or without retries) and counts its time as spent.
+    fn spend<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        let started = Instant::now();
+        let out = self.rt.block_on(work);
+        *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += started.elapsed();
+        out
+    }
+
+    /// One attempt of `request`, bounded by [`REQUEST_TIMEOUT`] and what is left of the budget
+    /// for the request that started at `started`.
     async fn attempt<T>(
         &self,
+        started: Instant,
         request: impl std::future::Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, Failure> {
-        let limit = REQUEST_TIMEOUT.min(self.deadline.saturating_duration_since(Instant::now()));
+        let limit = REQUEST_TIMEOUT.min(self.left(started));
         if limit.is_zero() {
             return Err(Failure::OutOfTime);
         }
@@ -213,37 +246,52 @@ impl KubeCluster {
 
     /// Runs `op` (given the client) until it succeeds, fails for good, or the retries or the
     /// budget run out. `retry_not_found` also retries a 404 (a pod the API server does not show
-    /// yet). The first 401 rebuilds the client from the kubeconfig, whose token file may have
-    /// been replaced since this call read it (the old token revoked with the pod that held it),
-    /// and retries at once.
+    /// yet). The call's first 401 rebuilds the client from the kubeconfig, whose token file may
+    /// have been replaced since this call read it (the old token revoked with the pod that held
+    /// it), and retries at once.
     fn with_retries<T, F, Fut>(&self, retry_not_found: bool, op: F) -> Result<T, Failure>
     where
         F: Fn(kube::Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, kube::Error>>,
     {
-        self.rt.block_on(async {
+        let started = Instant::now();
+        self.spend(async {
             let mut waits = BACKOFF.iter();
-            let mut reread = false;
             loop {
-                let e = match self.attempt(op(self.client())).await {
+                let e = match self.attempt(started, op(self.client())).await {
                     Ok(v) => return Ok(v),
                     Err(e) => e,
                 };
-                if e.is_status(401) && !reread {
-                    reread = true;
-                    if let Ok(client) = client_from(&self.kubeconfig).await {
-                        *self.client.lock().unwrap_or_else(|p| p.into_inner()) = client;
-                        continue;
-                    }
+                if e.is_status(401) && self.reread_once().await {
+                    continue;
                 }
                 let again = e.transient() || (retry_not_found && e.is_not_found());
-                let left = self.deadline.saturating_duration_since(Instant::now());
                 match waits.next() {
-                    Some(wait) if again && *wait < left => tokio::time::sleep(*wait).await,
+                    Some(wait) if again && *wait < self.left(started) => {
+                        tokio::time::sleep(*wait).await
+                    }
                     _ => return Err(e),
                 }
             }
         })
+    }
+
+    /// Builds the client again from the kubeconfig, the first time in this call; whether it did.
+    async fn reread_once(&self) -> bool {
+        {
+            let mut c = self.client.lock().unwrap_or_else(|p| p.into_inner());
+            if c.reread {
+                return false;
+            }
+            c.reread = true;
+        }
+        match client_from(&self.kubeconfig).await {
+            Ok(client) => {
+                self.client.lock().unwrap_or_else(|p| p.into_inner()).client = client;
+                true
+            }
+            Err(_) => false,
+        }
     }
 }
 
@@ -376,8 +424,8 @@ impl Cluster for KubeCluster {
             ..Default::default()
         };
         // Events are best effort: one try, so a struggling API server delays no pod for them.
-        self.rt
-            .block_on(self.attempt(api.create(&PostParams::default(), &event)))
+        let started = Instant::now();
+        self.spend(self.attempt(started, api.create(&PostParams::default(), &event)))
             .map(drop)
             .map_err(|e| cni_error(&format!("event on pod {}/{}", pod.namespace, pod.name), &e))
     }
@@ -438,4 +486,60 @@ pub fn annotations_from(
     map.iter()
         .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use serde_json::json;
+    use testkit::kube_api::{Fault, FaultKind, KubeApi, KubeApiOptions, KubeconfigUser, Resource};
+
+    use super::*;
+
+    /// The API stand-in with one pod, and a client for it with a `budget` of API time.
+    fn cluster(budget: Duration) -> (KubeApi, tempfile::TempDir, KubeCluster) {
+        let api = KubeApi::start(KubeApiOptions::default());
+        api.put(
+            Resource::Pods,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"namespace": "default", "name": "p"},
+                   "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = api.write_kubeconfig(dir.path().join("kubeconfig"), KubeconfigUser::Token);
+        let c = KubeCluster::with_budget(&kubeconfig, budget).unwrap();
+        (api, dir, c)
+    }
+
+    #[test]
+    fn time_between_requests_is_not_api_time() {
+        // The delegates run between the GETs and the status PATCH; however long they take, the
+        // PATCH still has its budget.
+        let (_api, _dir, c) = cluster(Duration::from_millis(500));
+        c.pod("default", "p", false).unwrap().unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        let pod = c.pod("default", "p", false).unwrap().unwrap();
+        c.set_network_status(&pod, "[]").unwrap();
+    }
+
+    #[test]
+    fn the_requests_of_a_call_share_one_budget() {
+        let (api, _dir, c) = cluster(Duration::from_millis(900));
+        api.add_fault(
+            Fault::new(FaultKind::Latency(Duration::from_millis(400))).path("/api/v1/namespaces"),
+        );
+        c.pod("default", "p", false).unwrap().unwrap();
+        c.pod("default", "p", false).unwrap().unwrap();
+        // 800 ms of the 900 are spent: the third GET gets 100 ms, and no answer in them.
+        let started = Instant::now();
+        let e = c.pod("default", "p", false).unwrap_err();
+        assert_eq!(e.code, ErrorCode::TryAgainLater.code(), "{e}");
+        assert!(e.msg.contains("ran out"), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_millis(400),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 }

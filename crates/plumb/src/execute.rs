@@ -3,15 +3,17 @@
 //! record written before each ADD so that DEL can always undo what ADD began (§7.2).
 //!
 //! - ADD stops at the first failure (§7.2 "attachments that have not yet been performed shall
-//!   not be attempted") and rolls back what it did, in reverse, before returning the error; the
-//!   record is kept if the rollback itself failed, so the runtime's DEL finishes the job.
+//!   not be attempted") and rolls back what it did, in reverse, before returning the error. If
+//!   the rollback itself failed, the record keeps what it could not undo, for the runtime's DEL;
+//!   if it succeeded, the record stays with nothing in it, so that DEL has nothing to do.
 //! - An attachment with a device, a device resource or a plugin declaring `CNIDeviceInfoFile`
 //!   gets its device-info file (device-info spec §4.2, §5.1): the device plugin's file copied
 //!   there before its ADD, read back after it for the network-status, and deleted by DEL (the
 //!   record names it, so DEL needs no kubelet).
 //! - DEL works from the record alone (no pod, NAD or API server needed), in reverse, keeps
 //!   going past failures and reports every one of them; the record goes last, and only when
-//!   everything was undone.
+//!   everything was undone. Otherwise it keeps only what is left to undo, so that a retry
+//!   repeats no DEL that succeeded.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -336,7 +338,7 @@ impl Executor<'_> {
 
     /// Undoes a failed ADD: DEL of the `attempted` first attachments (those after the failure
     /// never ran). Returns the original error, with what the rollback could not undo; the
-    /// record then stays, naming everything, for the runtime's DEL.
+    /// record then names only that, for the runtime's DEL.
     fn roll_back(
         &self,
         sandbox: &Sandbox,
@@ -348,7 +350,7 @@ impl Executor<'_> {
             attachments: record.attachments[..attempted.min(record.attachments.len())].to_vec(),
             ..record.clone()
         };
-        match self.del_record(sandbox, &sandbox.netns, &ran, &|_| false) {
+        match self.del_record(sandbox, &sandbox.netns, &ran, Some(record), &|_| false) {
             Ok(_) => {
                 self.nothing_left_to_undo(record);
                 error
@@ -380,7 +382,7 @@ impl Executor<'_> {
         } else {
             netns
         };
-        self.del_record(&sandbox, netns, &record, &|_| false)?;
+        self.del_record(&sandbox, netns, &record, Some(&record), &|_| false)?;
         Ok(true)
     }
 
@@ -426,7 +428,9 @@ impl Executor<'_> {
         };
         let without_device =
             |i: usize| runnable[i].resource.is_some() && runnable[i].device.is_none();
-        let failed = self.del_record(sandbox, netns, &record, &without_device)?;
+        // Nothing is on disk: a DEL that fails part-way leaves a record of what is left, and
+        // the retry works from it (no API needed, no DEL repeated).
+        let failed = self.del_record(sandbox, netns, &record, None, &without_device)?;
         warnings.extend(
             failed
                 .into_iter()
@@ -451,6 +455,7 @@ impl Executor<'_> {
         sandbox: &Sandbox,
         netns: &str,
         record: &Record,
+        on_disk: Option<&Record>,
         tolerated: &dyn Fn(usize) -> bool,
     ) -> Result<Vec<String>, CniError> {
         let n = record.attachments.len();
@@ -487,7 +492,7 @@ impl Executor<'_> {
             }
         }
         if let Err(e) = errors.into_result() {
-            return Err(self.keep_what_is_left(record, &left, e));
+            return Err(self.keep_what_is_left(record, on_disk, &left, e));
         }
         self.records.remove(&record.container_id)?;
         Ok(warnings)
@@ -508,15 +513,22 @@ impl Executor<'_> {
     /// runtime sends after a failed ADD (CNI spec) has nothing to do, rather than planning the
     /// pod's networks from the API again and repeating every DEL (which a plugin that does not
     /// tolerate a second DEL, such as host-device, fails while the netns lives). DEL and GC
-    /// remove it. Not made durable: if it is lost, DEL plans from the API as without it.
+    /// remove it. Durable like every record (a file half-written at a power loss would read as
+    /// corrupt and fail every DEL); best effort, since without it DEL plans from the API.
     fn nothing_left_to_undo(&self, record: &Record) {
-        let empty = Record {
+        let _ = self.save(&Record {
             attachments: Vec::new(),
             ..record.clone()
-        };
-        // Best effort, for the same reason.
-        if let Ok(staged) = self.records.stage(&empty) {
-            let _ = staged.commit();
+        });
+    }
+
+    /// Removes the record of a sandbox that has nothing left to undo (a failed ADD wholly
+    /// undone), for callers after which no runtime sends DEL (`plumb attach`).
+    pub fn forget_if_nothing_left(&self, container_id: &str) {
+        if let Ok(Some(r)) = self.records.load(container_id)
+            && r.attachments.is_empty()
+        {
+            let _ = self.records.remove(container_id);
         }
     }
 
@@ -524,20 +536,26 @@ impl Executor<'_> {
     /// undo (`left`) and no others, so the retry repeats no DEL that already succeeded (a
     /// plugin whose second DEL fails, such as host-device once its device has left the netns,
     /// would otherwise keep the sandbox forever) and, after a failed rollback, none of an
-    /// attachment ADD never reached.
-    fn keep_what_is_left(&self, record: &Record, left: &[bool], error: CniError) -> CniError {
-        if left.iter().all(|l| *l) {
-            // Nothing was undone: the record on disk, if it is this one, is right as it is.
-            if self
-                .records
-                .load(&record.container_id)
-                .ok()
-                .flatten()
-                .as_ref()
-                == Some(record)
-            {
-                return error;
-            }
+    /// attachment ADD never reached. `on_disk` is the record this call started from; a record
+    /// that changed meanwhile (another call for the container, which the CNI spec forbids) is
+    /// left as it is.
+    fn keep_what_is_left(
+        &self,
+        record: &Record,
+        on_disk: Option<&Record>,
+        left: &[bool],
+        error: CniError,
+    ) -> CniError {
+        let now = self.records.load(&record.container_id).ok().flatten();
+        if now.as_ref() != on_disk {
+            return error.add_details(
+                "the attachment record changed meanwhile (another call for this container?) \
+                 and is left as it is",
+            );
+        }
+        if left.iter().all(|l| *l) && on_disk == Some(record) {
+            // Nothing was undone: the record on disk is right as it is.
+            return error;
         }
         let trimmed = Record {
             attachments: record
@@ -549,18 +567,21 @@ impl Executor<'_> {
                 .collect(),
             ..record.clone()
         };
-        let trimmed = self
-            .records
-            .stage(&trimmed)
-            .map_err(CniError::from)
-            .and_then(|staged| staged.commit_durable());
-        match trimmed {
+        match self.save(&trimmed) {
             Ok(()) => error,
             Err(e) => error.add_details(format!(
                 "and the attachment record could not be trimmed to what is left, so a retry \
                  repeats every DEL: {e}"
             )),
         }
+    }
+
+    /// Puts `record` in place, durably.
+    fn save(&self, record: &Record) -> Result<(), CniError> {
+        self.records
+            .stage(record)
+            .map_err(CniError::from)?
+            .commit_durable()
     }
 
     /// CHECK of every recorded attachment, in order; the first failure is returned.
@@ -575,6 +596,15 @@ impl Executor<'_> {
                 ),
             )
         })?;
+        if record.attachments.is_empty() {
+            return Err(CniError::new(
+                cni::ErrorCode::UnknownContainer,
+                format!(
+                    "nothing is attached to container {:?}: its ADD failed and was undone",
+                    sandbox.container_id
+                ),
+            ));
+        }
         let n = record.attachments.len();
         for (i, a) in record.attachments.iter().enumerate() {
             let list = recorded_list(a)?;

@@ -239,8 +239,12 @@ impl Call {
     }
 }
 
-/// The records of every sandbox plumb holds, and why any could not be read.
-fn recorded_sandboxes(call: &Call) -> (Vec<crate::record::Record>, Vec<CniError>) {
+/// A record that could not be read: its container (`None` when the directory itself could not
+/// be listed) and why.
+type Unreadable = (Option<String>, CniError);
+
+/// The records of every sandbox plumb holds, and those that could not be read.
+fn recorded_sandboxes(call: &Call) -> (Vec<crate::record::Record>, Vec<Unreadable>) {
     let (mut records, mut unreadable) = (Vec::new(), Vec::new());
     match call.records.list() {
         Ok(ids) => {
@@ -248,11 +252,11 @@ fn recorded_sandboxes(call: &Call) -> (Vec<crate::record::Record>, Vec<CniError>
                 match call.records.load(&id) {
                     Ok(Some(r)) => records.push(r),
                     Ok(None) => {}
-                    Err(e) => unreadable.push(CniError::from(e)),
+                    Err(e) => unreadable.push((Some(id), e.into())),
                 }
             }
         }
-        Err(e) => unreadable.push(e.into()),
+        Err(e) => unreadable.push((None, e.into())),
     }
     (records, unreadable)
 }
@@ -467,13 +471,12 @@ impl Plumb<'_> {
     /// Every network plumb knows of: the configured ones, and those of recorded sandboxes, with
     /// the records that could not be read. A record that cannot be read (damaged, or written by
     /// another plumb version) only leaves its networks out: one bad file must not make STATUS
-    /// report the node's network down, nor stop GC of every other network. A name that two
-    /// different configurations share is left out (with a log line): which plugins would
-    /// collect its garbage cannot be told.
+    /// report the node's network down. A name that two different configurations share is left
+    /// out (with a log line): which plugins would collect its garbage cannot be told.
     fn known_networks(
         &self,
         call: &Call,
-    ) -> Result<(Vec<NetworkConfigList>, Vec<CniError>), CniError> {
+    ) -> Result<(Vec<NetworkConfigList>, Vec<Unreadable>), CniError> {
         let mut lists: Vec<NetworkConfigList> = call
             .plan(None, "eth0", None)?
             .attachments
@@ -485,15 +488,12 @@ impl Plumb<'_> {
             for a in &r.attachments {
                 match crate::execute::recorded_list(a) {
                     Ok(l) => lists.push(l),
-                    Err(e) => unreadable.push(
+                    Err(e) => unreadable.push((
+                        Some(r.container_id.clone()),
                         e.context(format!("attachment record of container {}", r.container_id)),
-                    ),
+                    )),
                 }
             }
-        }
-        for e in &unreadable {
-            call.log
-                .error(&format!("{e}; its networks are left out of GC and STATUS"));
         }
         // First occurrence wins the position (the default network stays first).
         let mut out: Vec<NetworkConfigList> = Vec::new();
@@ -573,8 +573,25 @@ impl Plumb<'_> {
                 return errors.into_result();
             }
         };
-        for e in unreadable {
-            errors.push(e);
+        // A stale sandbox's unreadable record was reported by its DEL above. A live one's
+        // attachments cannot be told, and would look stale to every network: no network GC.
+        let mut live_unknown = false;
+        for (id, e) in unreadable {
+            match id {
+                Some(id) if !live.contains(id.as_str()) => {}
+                _ => {
+                    live_unknown = true;
+                    errors.push(e);
+                }
+            }
+        }
+        if live_unknown {
+            errors.push(CniError::new(
+                ErrorCode::DecodingFailure,
+                "GC of the delegate networks skipped: a live sandbox's attachments cannot be \
+                 told from its record",
+            ));
+            return errors.into_result();
         }
         let (records, _) = recorded_sandboxes(call);
         let mut in_use: BTreeSet<(String, String, String)> = cached
@@ -675,9 +692,14 @@ impl Plugin for Plumb<'_> {
                 ),
             ));
         }
-        // known_networks lists the configured networks first, the default one leading; it logs
-        // the records it could not read, which say nothing of whether pods can be attached.
-        let (networks, _unreadable) = self.known_networks(&call).map_err(not_available)?;
+        // known_networks lists the configured networks first, the default one leading. A record
+        // it could not read says nothing of whether pods can be attached: logged at verbose,
+        // since STATUS comes every few seconds (GC reports it).
+        let (networks, unreadable) = self.known_networks(&call).map_err(not_available)?;
+        for (_, e) in &unreadable {
+            call.log
+                .verbose(&format!("STATUS: {e}; its networks are left out"));
+        }
         for list in networks {
             call.cni
                 .status_network_list(&list)

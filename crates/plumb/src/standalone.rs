@@ -220,9 +220,14 @@ pub fn attach(a: &AttachArgs, out: &mut dyn Write) -> Result<(), CniError> {
     }
     let node = LocalNode::new(&config);
     let sandbox = sandbox_for(&netns, a.container_id.as_deref());
-    let added = node
-        .executor()
-        .add(&sandbox, Some(&pod), &plan.attachments)?;
+    let exec = node.executor();
+    let added = exec
+        .add(&sandbox, Some(&pod), &plan.attachments)
+        .inspect_err(|_| {
+            // No runtime follows a failed attach with DEL: `detach` then says nothing is
+            // attached, as it is.
+            exec.forget_if_nothing_left(&sandbox.container_id);
+        })?;
     let status: Value = serde_json::from_str(&network_status(&added))
         .map_err(|e| CniError::new(ErrorCode::Internal, e.to_string()))?;
     writeln!(

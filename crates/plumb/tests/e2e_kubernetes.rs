@@ -661,7 +661,9 @@ fn a_static_pod_whose_annotations_come_from_the_runtime_gets_its_status() {
     // pod's: that UID must not become a precondition the API refuses on every retry.
     let c = Cluster::new(220);
     let annotations = json!({"kubernetes.io/config.source": "file",
-                             "kubernetes.io/config.mirror": "h1", NETWORKS: "net-a"});
+                             "kubernetes.io/config.hash": "static-hash-uid",
+                             "kubernetes.io/config.mirror": "static-hash-uid",
+                             NETWORKS: "net-a"});
     let mut config = c.config.clone();
     config["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": annotations.clone()});
     let c = Cluster { config, ..c };

@@ -448,6 +448,8 @@ fn attachments_after_a_failure_are_neither_added_nor_deleted() {
     // The runtime's DEL after the failed ADD has nothing left to undo: it runs no plugin
     // (DELs planned again would repeat the rollback's, and reach net-c, which never ran).
     assert!(node.left_to_undo("c-three").is_empty());
+    let e = err(&fake_call(&config, "CHECK", "c-three"));
+    assert_eq!(e["code"], 3, "CHECK of a failed ADD: {e}");
     ok(&fake_call(&config, "DEL", "c-three"));
     assert_eq!(sequence(&bin).len(), 4, "{:?}", sequence(&bin));
     assert!(!node.record("c-three").exists());
@@ -489,10 +491,10 @@ fn the_record_is_in_place_before_the_first_delegate_reads_its_configuration() {
 }
 
 #[test]
-fn a_first_delegate_that_cannot_start_leaves_no_record_behind() {
+fn a_first_delegate_that_cannot_start_leaves_nothing_to_undo() {
     // Nothing of the first attachment ran (its plugin is looked for before anything runs), so
-    // the rollback has nothing to undo and the record goes: a rollback DEL of a plugin that
-    // cannot be found would fail, and keep the record, and fail every later DEL of the pod.
+    // the rollback has nothing to undo and the record names nothing: a rollback DEL of a plugin
+    // that cannot be found would fail, and keep it, and fail every later DEL of the pod.
     use testkit::fake_plugin::{FakePlugin, sequence};
     let node = Node::new();
     let bin = node.path("bin");
@@ -511,7 +513,7 @@ fn a_first_delegate_that_cannot_start_leaves_no_record_behind() {
     assert_eq!(
         state_files(&node),
         ["c-nostart.json"],
-        "a temporary file is left"
+        "only the record, naming nothing"
     );
     // Without the record (lost, or a pod added before plumb), DEL plans the same networks: the
     // one that cannot run is skipped, with a log line, rather than failing the sandbox's
@@ -647,4 +649,34 @@ fn one_unreadable_record_spoils_neither_status_nor_gc() {
         gc[0].stdin_json()["cni.dev/valid-attachments"],
         json!([{"containerID": "c-live", "ifname": "eth0"}])
     );
+
+    // A live sandbox whose record cannot be read: which of its attachments are valid cannot be
+    // told, so no network gets GC (it could release the sandbox's address), and GC says why.
+    fs::write(node.record("c-live"), "{\"version\":1,\"attach").unwrap();
+    let e = err(&call("GC", "", &config));
+    assert!(e["msg"].as_str().unwrap().contains("live sandbox"), "{e}");
+    assert_eq!(a.calls_of("GC").len(), 1, "a network got GC");
+}
+
+#[test]
+fn a_del_without_a_record_that_fails_leaves_a_record_of_what_is_left() {
+    // DEL planned from the configuration (no record: lost, or a pod added before plumb) that
+    // fails part-way: the retry works from what is left, and repeats no DEL that succeeded.
+    use testkit::fake_plugin::FakePlugin;
+    let node = Node::new();
+    let bin = node.path("bin");
+    let a = FakePlugin::install(&bin, "fake-a");
+    let b = FakePlugin::install(&bin, "fake-b");
+    let config = node.config(json!({"binDir": bin, "delegates": [
+        {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
+        {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"}]}));
+    let call = |command| fake_call(&config, command, "c-norecord");
+    b.fail("DEL", 11, "transient");
+    err(&call("DEL"));
+    assert_eq!(node.left_to_undo("c-norecord"), ["net-b"]);
+    b.respond("DEL", "", "", 0);
+    ok(&call("DEL"));
+    assert!(!node.record("c-norecord").exists());
+    assert_eq!(a.calls_of("DEL").len(), 1);
+    assert_eq!(b.calls_of("DEL").len(), 2);
 }

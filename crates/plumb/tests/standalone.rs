@@ -142,6 +142,36 @@ fn attach_and_detach_with_nads_from_files() {
     let out = plumb(&["detach", "--netns", ns.name(), "--config", s(&config_file)]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing is attached"));
+
+    // An attach that fails is undone and leaves nothing behind, not even a record: no runtime
+    // follows it with DEL, and detach says nothing is attached.
+    let tuned = json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": "tuned"}, "spec": {"config": json!({
+            "cniVersion": "1.0.0", "name": "tuned", "plugins": [
+                {"type": "bridge", "bridge": b1,
+                 "ipam": {"type": "host-local", "subnet": "10.219.4.0/24",
+                          "dataDir": node.ipam_dir()}},
+                // tuning refuses this after the bridge plugin made the interface.
+                {"type": "tuning", "mac": "not-a-mac"}]}).to_string()}});
+    std::fs::write(node.path("nads").join("tuned.json"), tuned.to_string()).unwrap();
+    let out = plumb(&[
+        "attach",
+        "--netns",
+        ns.name(),
+        "--networks",
+        "tuned",
+        "--nads",
+        s(&node.path("nads")),
+        "--config",
+        s(&config_file),
+    ]);
+    assert!(!out.status.success());
+    assert_eq!(ns.links(), ["lo"]);
+    assert_eq!(node.all_allocations(), 0);
+    let records = std::fs::read_dir(node.state_dir()).map_or(0, |d| d.count());
+    assert_eq!(records, 0, "a record is left");
+    let out = plumb(&["detach", "--netns", ns.name(), "--config", s(&config_file)]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing is attached"));
 }
 
 #[test]
