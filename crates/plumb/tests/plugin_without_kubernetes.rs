@@ -70,6 +70,25 @@ fn fake_call(config: &Value, command: &str, container_id: &str) -> std::process:
     })
 }
 
+/// Two recording fake delegates in the node's configuration: `net-a` (fake-a), then `net-b`
+/// (fake-b).
+fn two_fakes(
+    node: &Node,
+) -> (
+    testkit::fake_plugin::FakePlugin,
+    testkit::fake_plugin::FakePlugin,
+    Value,
+) {
+    use testkit::fake_plugin::FakePlugin;
+    let bin = node.path("bin");
+    let a = FakePlugin::install(&bin, "fake-a");
+    let b = FakePlugin::install(&bin, "fake-b");
+    let config = node.config(json!({"binDir": bin, "delegates": [
+        {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
+        {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"}]}));
+    (a, b, config)
+}
+
 /// The files in the node's record directory (none when it does not exist).
 fn state_files(node: &Node) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(node.state_dir())
@@ -460,15 +479,9 @@ fn the_record_is_in_place_before_the_first_delegate_reads_its_configuration() {
     // The record's fsyncs overlap the first delegate's start-up, but that delegate gets its
     // stdin only once the record is there, naming every attachment (multi-net spec §7.2: DEL
     // must be able to undo whatever ADD began).
-    use testkit::fake_plugin::FakePlugin;
     let node = Node::new();
-    let bin = node.path("bin");
-    let a = FakePlugin::install(&bin, "fake-a");
-    let b = FakePlugin::install(&bin, "fake-b");
+    let (a, b, config) = two_fakes(&node);
     a.copy_on_add(&node.record("c-first"));
-    let config = node.config(json!({"binDir": bin, "delegates": [
-        {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
-        {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"}]}));
     let call = |command| fake_call(&config, command, "c-first");
     ok(&call("ADD"));
     let seen = a.calls_of("ADD")[0]
@@ -588,14 +601,8 @@ fn a_failed_rollback_keeps_only_what_is_left_to_undo() {
 fn a_retried_del_repeats_no_del_that_succeeded() {
     // A plugin whose second DEL fails (host-device, once its device has left the netns) must
     // not keep the sandbox forever because another attachment's DEL failed once.
-    use testkit::fake_plugin::FakePlugin;
     let node = Node::new();
-    let bin = node.path("bin");
-    let a = FakePlugin::install(&bin, "fake-a");
-    let b = FakePlugin::install(&bin, "fake-b");
-    let config = node.config(json!({"binDir": bin, "delegates": [
-        {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
-        {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"}]}));
+    let (a, b, config) = two_fakes(&node);
     let call = |command| fake_call(&config, command, "c-retry");
     ok(&call("ADD"));
     a.fail("DEL", 11, "transient");
@@ -662,14 +669,8 @@ fn one_unreadable_record_spoils_neither_status_nor_gc() {
 fn a_del_without_a_record_that_fails_leaves_a_record_of_what_is_left() {
     // DEL planned from the configuration (no record: lost, or a pod added before plumb) that
     // fails part-way: the retry works from what is left, and repeats no DEL that succeeded.
-    use testkit::fake_plugin::FakePlugin;
     let node = Node::new();
-    let bin = node.path("bin");
-    let a = FakePlugin::install(&bin, "fake-a");
-    let b = FakePlugin::install(&bin, "fake-b");
-    let config = node.config(json!({"binDir": bin, "delegates": [
-        {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
-        {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"}]}));
+    let (a, b, config) = two_fakes(&node);
     let call = |command| fake_call(&config, command, "c-norecord");
     b.fail("DEL", 11, "transient");
     err(&call("DEL"));
