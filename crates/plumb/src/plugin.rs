@@ -261,6 +261,30 @@ fn recorded_sandboxes(call: &Call) -> (Vec<crate::record::Record>, Vec<Unreadabl
     (records, unreadable)
 }
 
+/// Every attachment plumb knows of, as (network name, container ID, interface): those of the
+/// result cache (plumb's delegates, or Multus's before a migration) and those of the records
+/// (the cache is not written durably; the records are).
+fn attachments_in_use(
+    call: &Call,
+    cached: &[cni::cache::CachedAttachment],
+) -> BTreeSet<(String, String, String)> {
+    let mut in_use: BTreeSet<_> = cached
+        .iter()
+        .map(|c| {
+            let (net, id, ifname) = (&c.network_name, &c.container_id, &c.if_name);
+            (net.clone(), id.clone(), ifname.clone())
+        })
+        .collect();
+    for r in recorded_sandboxes(call).0 {
+        for a in &r.attachments {
+            if let Ok(l) = crate::execute::recorded_list(a) {
+                in_use.insert((l.name, r.container_id.clone(), a.ifname.clone()));
+            }
+        }
+    }
+    in_use
+}
+
 /// `pod` as errors name it.
 fn who(pa: &Option<PodArgs>, container_id: &str) -> String {
     match pa {
@@ -555,9 +579,7 @@ impl Plumb<'_> {
             }
             Err(e) => errors.push(e.into()),
         }
-        // Then each delegate network. An attachment of a live sandbox stays valid when the
-        // result cache has it (plumb's delegates, or Multus's before a migration) or plumb's
-        // record does (the cache is not written durably; the record is).
+        // Then each delegate network, with every attachment of a live sandbox as valid.
         let cached = match call.cni.cache.list(None) {
             Ok(c) => c,
             Err(e) => {
@@ -593,24 +615,7 @@ impl Plumb<'_> {
             ));
             return errors.into_result();
         }
-        let (records, _) = recorded_sandboxes(call);
-        let mut in_use: BTreeSet<(String, String, String)> = cached
-            .iter()
-            .map(|c| {
-                (
-                    c.network_name.clone(),
-                    c.container_id.clone(),
-                    c.if_name.clone(),
-                )
-            })
-            .collect();
-        for r in &records {
-            for a in &r.attachments {
-                if let Ok(l) = crate::execute::recorded_list(a) {
-                    in_use.insert((l.name, r.container_id.clone(), a.ifname.clone()));
-                }
-            }
-        }
+        let in_use = attachments_in_use(call, &cached);
         for list in networks {
             let valid: Vec<GcAttachment> = in_use
                 .iter()
