@@ -89,8 +89,8 @@ enum Failure {
     Kube(kube::Error),
     /// No whole answer within this long.
     NoAnswer(Duration),
-    /// The call's [`API_BUDGET`] was spent before this request was answered.
-    OutOfTime,
+    /// The call's budget (this long) was spent before this request was answered.
+    OutOfTime(Duration),
 }
 
 impl Failure {
@@ -99,7 +99,7 @@ impl Failure {
         match self {
             Failure::Kube(kube::Error::Api(s)) => s.code == 429 || s.code >= 500,
             Failure::Kube(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
-            Failure::Kube(_) | Failure::OutOfTime => false,
+            Failure::Kube(_) | Failure::OutOfTime(_) => false,
             Failure::NoAnswer(_) => true,
         }
     }
@@ -128,13 +128,13 @@ fn cni_error(what: &str, f: &Failure) -> CniError {
                 ),
             );
         }
-        Failure::OutOfTime => {
+        Failure::OutOfTime(budget) => {
             return CniError::new(
                 ErrorCode::TryAgainLater,
                 format!(
                     "Kubernetes API: {what}: no answer before the {} s this call may spend on \
                      the API ran out",
-                    API_BUDGET.as_secs()
+                    budget.as_secs_f32()
                 ),
             );
         }
@@ -235,11 +235,11 @@ impl KubeCluster {
     ) -> Result<T, Failure> {
         let limit = REQUEST_TIMEOUT.min(self.left(started));
         if limit.is_zero() {
-            return Err(Failure::OutOfTime);
+            return Err(Failure::OutOfTime(self.budget));
         }
         match tokio::time::timeout(limit, request).await {
             Ok(answer) => answer.map_err(Failure::Kube),
-            Err(_) if limit < REQUEST_TIMEOUT => Err(Failure::OutOfTime),
+            Err(_) if limit < REQUEST_TIMEOUT => Err(Failure::OutOfTime(self.budget)),
             Err(_) => Err(Failure::NoAnswer(limit)),
         }
     }

@@ -516,7 +516,7 @@ impl Executor<'_> {
     /// remove it. Durable like every record (a file half-written at a power loss would read as
     /// corrupt and fail every DEL); best effort, since without it DEL plans from the API.
     fn nothing_left_to_undo(&self, record: &Record) {
-        let _ = self.save(&Record {
+        let _ = self.records.save(&Record {
             attachments: Vec::new(),
             ..record.clone()
         });
@@ -567,21 +567,13 @@ impl Executor<'_> {
                 .collect(),
             ..record.clone()
         };
-        match self.save(&trimmed) {
+        match self.records.save(&trimmed) {
             Ok(()) => error,
             Err(e) => error.add_details(format!(
                 "and the attachment record could not be trimmed to what is left, so a retry \
                  repeats every DEL: {e}"
             )),
         }
-    }
-
-    /// Puts `record` in place, durably.
-    fn save(&self, record: &Record) -> Result<(), CniError> {
-        self.records
-            .stage(record)
-            .map_err(CniError::from)?
-            .commit_durable()
     }
 
     /// CHECK of every recorded attachment, in order; the first failure is returned.

@@ -26,7 +26,7 @@ use crate::networks::NodeNetworks;
 use crate::plan::{self, Devices, Plan, Pod};
 use crate::pod_args::PodArgs;
 use crate::pod_resources::KubeletPodResources;
-use crate::record::RecordStore;
+use crate::record::{Record, RecordStore};
 
 /// The runtime's capability for handing a plugin the pod's annotations (containerd and CRI-O
 /// fill it for plugins that declare it), which spares the pod GET.
@@ -244,7 +244,7 @@ impl Call {
 type Unreadable = (Option<String>, CniError);
 
 /// The records of every sandbox plumb holds, and those that could not be read.
-fn recorded_sandboxes(call: &Call) -> (Vec<crate::record::Record>, Vec<Unreadable>) {
+fn recorded_sandboxes(call: &Call) -> (Vec<Record>, Vec<Unreadable>) {
     let (mut records, mut unreadable) = (Vec::new(), Vec::new());
     match call.records.list() {
         Ok(ids) => {
@@ -265,8 +265,8 @@ fn recorded_sandboxes(call: &Call) -> (Vec<crate::record::Record>, Vec<Unreadabl
 /// result cache (plumb's delegates, or Multus's before a migration) and those of the records
 /// (the cache is not written durably; the records are).
 fn attachments_in_use(
-    call: &Call,
     cached: &[cni::cache::CachedAttachment],
+    records: &[Record],
 ) -> BTreeSet<(String, String, String)> {
     let mut in_use: BTreeSet<_> = cached
         .iter()
@@ -275,7 +275,7 @@ fn attachments_in_use(
             (net.clone(), id.clone(), ifname.clone())
         })
         .collect();
-    for r in recorded_sandboxes(call).0 {
+    for r in records {
         for a in &r.attachments {
             if let Ok(l) = crate::execute::recorded_list(a) {
                 in_use.insert((l.name, r.container_id.clone(), a.ifname.clone()));
@@ -492,14 +492,16 @@ impl Plumb<'_> {
         Ok(())
     }
 
-    /// Every network plumb knows of: the configured ones, and those of recorded sandboxes, with
-    /// the records that could not be read. A record that cannot be read (damaged, or written by
-    /// another plumb version) only leaves its networks out: one bad file must not make STATUS
-    /// report the node's network down. A name that two different configurations share is left
-    /// out (with a log line): which plugins would collect its garbage cannot be told.
+    /// Every network plumb knows of: the configured ones, and those of the `records`, with the
+    /// recorded configurations that could not be read. A record that cannot be read (damaged,
+    /// or written by another plumb version) only leaves its networks out: one bad file must not
+    /// make STATUS report the node's network down. A name that two different configurations
+    /// share is left out (with a log line): which plugins would collect its garbage cannot be
+    /// told.
     fn known_networks(
         &self,
         call: &Call,
+        records: &[Record],
     ) -> Result<(Vec<NetworkConfigList>, Vec<Unreadable>), CniError> {
         let mut lists: Vec<NetworkConfigList> = call
             .plan(None, "eth0", None)?
@@ -507,8 +509,8 @@ impl Plumb<'_> {
             .into_iter()
             .map(|a| a.list)
             .collect();
-        let (records, mut unreadable) = recorded_sandboxes(call);
-        for r in &records {
+        let mut unreadable = Vec::new();
+        for r in records {
             for a in &r.attachments {
                 match crate::execute::recorded_list(a) {
                     Ok(l) => lists.push(l),
@@ -588,23 +590,28 @@ impl Plumb<'_> {
                 return errors.into_result();
             }
         };
-        let (networks, unreadable) = match self.known_networks(call) {
+        // The records left now that the stale sandboxes are gone.
+        let (records, mut unreadable) = recorded_sandboxes(call);
+        let (networks, unusable) = match self.known_networks(call, &records) {
             Ok(known) => known,
             Err(e) => {
                 errors.push(e.context("GC of the delegate networks skipped"));
                 return errors.into_result();
             }
         };
-        // A stale sandbox's unreadable record was reported by its DEL above. A live one's
-        // attachments cannot be told, and would look stale to every network: no network GC.
+        unreadable.extend(unusable);
+        // A stale sandbox's unreadable record was reported by its DEL above, and a directory
+        // that cannot be listed by the loop over them. A live sandbox's attachments cannot be
+        // told, and would look stale to every network: no network GC.
         let mut live_unknown = false;
         for (id, e) in unreadable {
             match id {
                 Some(id) if !live.contains(id.as_str()) => {}
-                _ => {
+                Some(_) => {
                     live_unknown = true;
                     errors.push(e);
                 }
+                None => live_unknown = true,
             }
         }
         if live_unknown {
@@ -615,7 +622,7 @@ impl Plumb<'_> {
             ));
             return errors.into_result();
         }
-        let in_use = attachments_in_use(call, &cached);
+        let in_use = attachments_in_use(&cached, &records);
         for list in networks {
             let valid: Vec<GcAttachment> = in_use
                 .iter()
@@ -700,7 +707,11 @@ impl Plugin for Plumb<'_> {
         // known_networks lists the configured networks first, the default one leading. A record
         // it could not read says nothing of whether pods can be attached: logged at verbose,
         // since STATUS comes every few seconds (GC reports it).
-        let (networks, unreadable) = self.known_networks(&call).map_err(not_available)?;
+        let (records, mut unreadable) = recorded_sandboxes(&call);
+        let (networks, unusable) = self
+            .known_networks(&call, &records)
+            .map_err(not_available)?;
+        unreadable.extend(unusable);
         for (_, e) in &unreadable {
             call.log
                 .verbose(&format!("STATUS: {e}; its networks are left out"));

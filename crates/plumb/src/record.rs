@@ -6,7 +6,9 @@
 //! every planned attachment *before* the first delegate reads its configuration (the fsyncs
 //! overlap that delegate's start-up: `execute.rs`, `PendingRecord`), so a crash or a kill at any
 //! point leaves a record that names every delegate that may have done something (DEL of an
-//! attachment that never ran is harmless: DEL is idempotent). DEL reads it, so it needs neither the pod, the
+//! attachment that never ran is harmless: DEL is idempotent). A DEL, or a rollback, that undoes
+//! only part of it rewrites it with what is left; a failed ADD wholly undone leaves it naming
+//! nothing, so the runtime's DEL after it has nothing to do. DEL reads it, so it needs neither the pod, the
 //! NADs nor the API server. The file carries a format `version`; an unreadable or
 //! corrupt record is an error that says so, never a silent "nothing to delete" (Multus issue
 //! #1087: a corrupt cache after a reboot leaked every IP of the pod).
@@ -107,6 +109,11 @@ impl RecordStore {
     pub fn path(&self, container_id: &str) -> Result<PathBuf, RecordError> {
         cni::validate::container_id(container_id).map_err(|e| RecordError::ContainerId(e.msg))?;
         Ok(self.dir.join(format!("{container_id}.json")))
+    }
+
+    /// Puts the record in place, durably (replacing the one there, if any).
+    pub fn save(&self, record: &Record) -> Result<(), cni::CniError> {
+        self.stage(record)?.commit_durable()
     }
 
     /// Writes the record beside its place (creating the directory, 0700), for
@@ -225,9 +232,9 @@ mod tests {
         let store = RecordStore::new(d.path().join("plumb"));
         assert!(store.load("abc123").unwrap().is_none());
         let mut r = record();
-        store.stage(&r).unwrap().commit_durable().unwrap();
+        store.save(&r).unwrap();
         r.attachments[0].ifname = "net2".into();
-        store.stage(&r).unwrap().commit_durable().unwrap();
+        store.save(&r).unwrap();
         assert_eq!(store.load("abc123").unwrap().unwrap(), r);
         let mode = fs::metadata(store.dir()).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
