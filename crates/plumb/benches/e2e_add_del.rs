@@ -7,11 +7,13 @@
 //!
 //! Prints the medians and ratios and writes them as JSON to `target/bench-e2e.json`.
 //! Needs root and Debian's containernetworking-plugins; skips (exit 0) otherwise.
-//! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N, default 100; PAUSE_MS, an
+//! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N, default 300; PAUSE_MS, an
 //! untimed pause before each ADD and each DEL, default 0; API_LATENCY_US, added to every answer
 //! of the API stand-in, default 0). A DEL's time is mostly the kernel's
-//! (`rcu_barrier` when a link goes: 15–25 ms per delegate) and varies a lot, so the median of 30
-//! iterations moved by ±3% from one run to the next, hence 100; still, compare several runs.
+//! (`rcu_barrier` when a link goes: 15–25 ms per delegate) and varies a lot: one iteration's
+//! ratio lies anywhere between about 0.96 and 1.16, and the median of 100 iterations moved by
+//! ±2.5% from one run to the next. Hence 300 (about a minute), and a bootstrap interval printed
+//! with the median so that a reader sees how far it can be trusted.
 //!
 //! For profiling, `HOLD=SECONDS` sets everything up, writes `target/bench-e2e-hold.sh` (N=20
 //! ADD+DEL pairs of the pod through plumb, or through `$PLUMB` when set), and keeps the API
@@ -33,6 +35,29 @@ const PLUMB: &str = env!("CARGO_BIN_EXE_plumb");
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
+}
+
+/// A 95% interval of the median of `v` by the percentile bootstrap: 2,000 resamples drawn
+/// with a fixed-seed xorshift generator, so that the same samples give the same interval.
+fn median_interval(v: &[f64]) -> (f64, f64) {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut medians: Vec<f64> = (0..2000)
+        .map(|_| {
+            let mut r: Vec<f64> = (0..v.len())
+                .map(|_| v[(next() % v.len() as u64) as usize])
+                .collect();
+            r.sort_by(f64::total_cmp);
+            r[r.len() / 2]
+        })
+        .collect();
+    medians.sort_by(f64::total_cmp);
+    (medians[50], medians[1949])
 }
 
 fn ms(d: Duration) -> f64 {
@@ -110,7 +135,7 @@ fn main() {
     let iterations: usize = std::env::var("ITERATIONS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(100);
+        .unwrap_or(300);
     // PAUSE_MS lets the pod live a moment between its ADD and its DEL, and each run start
     // after the machine idled, as on a real node. Untimed. It moves the result: on this VM,
     // runs with 50 ms came out about 4% higher than back-to-back runs, plumb's DEL losing most
@@ -262,6 +287,8 @@ fn main() {
     let paired_ratio = paired[paired.len() / 2];
     // How widely the iterations' ratios spread: the quartiles.
     let (q1, q3) = (paired[paired.len() / 4], paired[paired.len() * 3 / 4]);
+    // How far the median itself can be trusted: a 95% bootstrap interval.
+    let (ci_lo, ci_hi) = median_interval(&paired);
     // Every iteration's times, in order, for a closer look (ms).
     let samples = json!({
         "plumb_add": p_add.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
@@ -357,7 +384,8 @@ fn main() {
     println!("  through plumb     median {:>8.2} ms", ms(p));
     println!("  delegates direct  median {:>8.2} ms", ms(d));
     println!(
-        "  median ratio plumb/direct of the iterations {paired_ratio:.3} (quartiles {q1:.3}, {q3:.3})"
+        "  median ratio plumb/direct of the iterations {paired_ratio:.3} (95% interval {ci_lo:.3} \
+         to {ci_hi:.3}; the iterations' quartiles {q1:.3}, {q3:.3})"
     );
     println!(
         "  ratio of the medians     {:.3}",
@@ -390,6 +418,7 @@ fn main() {
         "direct_add_del_median_ms": ms(d),
         "median_paired_ratio": paired_ratio,
         "paired_ratio_quartiles": [q1, q3],
+        "median_paired_ratio_interval95": [ci_lo, ci_hi],
         "pause_ms": ms(pause),
         "api_latency_ms": ms(latency),
         "ratio_of_medians": p.as_secs_f64() / d.as_secs_f64(),
