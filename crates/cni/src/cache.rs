@@ -347,6 +347,61 @@ pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
     Ok(staged)
 }
 
+/// Whether `name` is one of [`stage`]'s temporary names, `.<name>.tmp<pid>`.
+fn is_staged_name(name: &str) -> bool {
+    name.strip_prefix('.')
+        .and_then(|n| n.rsplit_once(".tmp"))
+        .is_some_and(|(base, pid)| {
+            !base.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
+/// Removes the temporary files [`stage`] left in `dir` and that were last written more than
+/// `older_than` ago: a writer killed between writing and renaming (kill -9, a node crash)
+/// leaves one, and nothing else ever would remove it. A live writer holds its file for the
+/// length of one CNI call, so an age far above any call's timeout tells them apart (a PID can
+/// be reused; an age cannot lie that way). Returns the files removed; a missing directory has
+/// none.
+pub fn sweep_staged(dir: &Path, older_than: std::time::Duration) -> Result<Vec<PathBuf>, CniError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            let msg = format!("cannot list {} for temporary files: {e}", dir.display());
+            return Err(CniError::new(ErrorCode::Io, msg));
+        }
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if !is_staged_name(&name) {
+            continue;
+        }
+        // Only regular files (never a directory or a link somebody put there), old enough.
+        let Ok(meta) = entry.metadata() else { continue };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age > older_than);
+        if meta.is_file() && old {
+            let path = entry.path();
+            match fs::remove_file(&path) {
+                Ok(()) => removed.push(path),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    let msg = format!("cannot remove the temporary file {}: {e}", path.display());
+                    return Err(CniError::new(ErrorCode::Io, msg));
+                }
+            }
+        }
+    }
+    removed.sort();
+    Ok(removed)
+}
+
 impl Staged {
     /// Renames the file into place (atomic, not durable).
     pub fn commit(self) -> Result<(), CniError> {
@@ -572,5 +627,56 @@ mod tests {
         assert!(cache.list(Some("nobody")).unwrap().is_empty());
         let empty = ResultCache::new("/nonexistent/plumb-test");
         assert!(empty.list(None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn sweep_removes_only_old_temporary_files_of_stage() {
+        let d = tempfile::tempdir().unwrap();
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let old = |name: &str| {
+            let f = fs::File::create(d.path().join(name)).unwrap();
+            f.set_modified(hour_ago).unwrap();
+        };
+        // Left by killed writers: removed.
+        old(".abc.json.tmp4242");
+        old(".net-a-abc-eth0.tmp7");
+        // Not stage's names, or not old, or not a file: kept.
+        old("abc.json");
+        old(".abc.json.tmp");
+        old(".abc.json.tmp12x");
+        old("abc.json.tmp12");
+        old(".hidden");
+        fs::File::create(d.path().join(".fresh.json.tmp99")).unwrap();
+        fs::create_dir(d.path().join(".dir.tmp1")).unwrap();
+        let removed = sweep_staged(d.path(), std::time::Duration::from_secs(600)).unwrap();
+        assert_eq!(
+            removed,
+            [
+                d.path().join(".abc.json.tmp4242"),
+                d.path().join(".net-a-abc-eth0.tmp7")
+            ]
+        );
+        let mut left: Vec<String> = fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".abc.json.tmp",
+                ".abc.json.tmp12x",
+                ".dir.tmp1",
+                ".fresh.json.tmp99",
+                ".hidden",
+                "abc.json",
+                "abc.json.tmp12"
+            ]
+        );
+        assert!(
+            sweep_staged(&d.path().join("missing"), std::time::Duration::ZERO)
+                .unwrap()
+                .is_empty()
+        );
     }
 }

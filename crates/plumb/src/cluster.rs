@@ -513,6 +513,44 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_about_another_object_is_refused() {
+        // A proxy that answers with another pod or NAD than the one asked for: plumb would plan
+        // from, or patch the status of, the wrong object. The call fails and names both.
+        let (api, _dir, c) = cluster(Duration::from_secs(5));
+        let other_pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "default", "name": "someone-else", "uid": "u-2"},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}});
+        api.add_fault(
+            Fault::new(FaultKind::Body(200, other_pod.to_string()))
+                .path("/api/v1/namespaces/default/pods/p")
+                .times(1),
+        );
+        let e = c.pod("default", "p", false).unwrap_err();
+        assert!(e.msg.contains("get pod default/p"), "{e}");
+        assert!(e.msg.contains("default/someone-else"), "{e}");
+        // Once the proxy behaves, the pod is read.
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
+
+        let nad = |ns: &str, name: &str| {
+            json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                   "metadata": {"namespace": ns, "name": name},
+                   "spec": {"config": "{\"cniVersion\":\"1.0.0\",\"type\":\"bridge\"}"}})
+        };
+        api.put(Resource::NetworkAttachmentDefinitions, nad("ns-a", "net-a"));
+        api.add_fault(
+            Fault::new(FaultKind::Body(200, nad("ns-b", "net-a").to_string()))
+                .path(
+                    "/apis/k8s.cni.cncf.io/v1/namespaces/ns-a/network-attachment-definitions/net-a",
+                )
+                .times(1),
+        );
+        let r = NetworkRef::new("ns-a", "net-a");
+        let e = c.nad(&r).unwrap_err();
+        assert!(e.msg.contains("ns-b/net-a"), "{e}");
+        assert!(c.nad(&r).unwrap().is_some());
+    }
+
+    #[test]
     fn time_between_requests_is_not_api_time() {
         // The delegates run between the GETs and the status PATCH; however long they take, the
         // PATCH still has its budget.

@@ -659,6 +659,52 @@ mod tests {
         }
     }
 
+    /// An attachment of one delegate, `plugin_type`, which the fake executors take as its path.
+    fn attachment(name: &str, ifname: &str, plugin_type: &str) -> Attachment {
+        Attachment {
+            network: name.into(),
+            ifname: ifname.into(),
+            list: NetworkConfigList::from_any_bytes(
+                json!({"cniVersion": "1.0.0", "name": name, "type": plugin_type})
+                    .to_string()
+                    .as_bytes(),
+            )
+            .unwrap(),
+            capability_args: Map::new(),
+            is_default: ifname == "eth0",
+            default_route: None,
+            device: None,
+            resource: None,
+        }
+    }
+
+    /// Plugins of type `fails` fail their DEL, after another call rewrote the record on disk
+    /// (`rewrite`); the others succeed.
+    struct RecordRewrittenMeanwhile {
+        records: RecordStore,
+        rewrite: Record,
+    }
+
+    impl Exec for RecordRewrittenMeanwhile {
+        fn find_in_path(&self, plugin_type: &str, _: &[PathBuf]) -> Result<PathBuf, CniError> {
+            Ok(PathBuf::from(plugin_type))
+        }
+
+        fn exec_plugin(&self, p: &Path, _: &[u8], _: &PluginEnv) -> Result<ExecOutput, CniError> {
+            if p == Path::new("fails") {
+                self.records.save(&self.rewrite).unwrap();
+                return Err(CniError::new(
+                    cni::ErrorCode::Internal,
+                    "the delegate failed",
+                ));
+            }
+            Ok(ExecOutput {
+                stdout: br#"{"cniVersion":"1.0.0"}"#.to_vec(),
+                stderr: Vec::new(),
+            })
+        }
+    }
+
     struct NoRoutes;
 
     impl DefaultRoutes for NoRoutes {
@@ -687,21 +733,6 @@ mod tests {
             routes: &NoRoutes,
             device_info: &dirs,
         };
-        let attachment = |name: &str, ifname: &str| Attachment {
-            network: name.into(),
-            ifname: ifname.into(),
-            list: NetworkConfigList::from_any_bytes(
-                json!({"cniVersion": "1.0.0", "name": name, "type": "fake"})
-                    .to_string()
-                    .as_bytes(),
-            )
-            .unwrap(),
-            capability_args: Map::new(),
-            is_default: ifname == "eth0",
-            default_route: None,
-            device: None,
-            resource: None,
-        };
         let sandbox = Sandbox {
             container_id: "c-lost".into(),
             netns: "/var/run/netns/x".into(),
@@ -711,7 +742,10 @@ mod tests {
             .add(
                 &sandbox,
                 None,
-                &[attachment("net-a", "eth0"), attachment("net-b", "net1")],
+                &[
+                    attachment("net-a", "eth0", "fake"),
+                    attachment("net-b", "net1", "fake"),
+                ],
             )
             .unwrap_err();
         assert!(e.msg.contains("c-lost.json"), "{e}");
@@ -720,5 +754,57 @@ mod tests {
         assert!(cni.exec.take_stdin_gate().is_none());
         assert!(!records.path("c-lost").unwrap().exists());
         assert!(cni.cache.list(Some("c-lost")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_record_another_call_rewrote_during_a_failed_del_is_left_as_it_is() {
+        // DEL fails part-way, and would trim the record to what is left; but another call for
+        // the container rewrote it meanwhile: that call's record stays, and the error says so.
+        let d = tempfile::tempdir().unwrap();
+        let records = RecordStore::new(d.path().join("state"));
+        let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
+        let sandbox = Sandbox {
+            container_id: "c-race".into(),
+            netns: "/var/run/netns/x".into(),
+            cni_args: vec![],
+        };
+        let attachments = [
+            attachment("net-a", "eth0", "fake"),
+            attachment("net-b", "net1", "fails"),
+        ];
+        let record = Record {
+            version: RECORD_VERSION,
+            container_id: sandbox.container_id.clone(),
+            netns: sandbox.netns.clone(),
+            pod_namespace: String::new(),
+            pod_name: String::new(),
+            pod_uid: String::new(),
+            cni_args: vec![],
+            attachments: attachments
+                .iter()
+                .map(|a| recorded(a, &sandbox.container_id, &dirs))
+                .collect(),
+        };
+        records.save(&record).unwrap();
+        let rewrite = Record {
+            netns: "/var/run/netns/the-other-call".into(),
+            ..record.clone()
+        };
+        let exec = RecordRewrittenMeanwhile {
+            records: records.clone(),
+            rewrite: rewrite.clone(),
+        };
+        let cni = CniConfig::new(vec![], ResultCache::new(d.path().join("cache")))
+            .with_exec(Box::new(exec));
+        let executor = Executor {
+            cni: &cni,
+            records: &records,
+            routes: &NoRoutes,
+            device_info: &dirs,
+        };
+        let e = executor.del(&sandbox, &sandbox.netns).unwrap_err();
+        assert!(e.msg.contains("the delegate failed"), "{e}");
+        assert!(e.details.contains("changed meanwhile"), "{e:?}");
+        assert_eq!(records.load("c-race").unwrap(), Some(rewrite));
     }
 }

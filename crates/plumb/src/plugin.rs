@@ -244,6 +244,11 @@ impl Call {
 type Unreadable = (Option<String>, CniError);
 
 /// The records of every sandbox plumb holds, and those that could not be read.
+/// How old a temporary file of [`cni::cache::stage`] must be for GC to remove it: far above
+/// any CNI call's length (the runtime gives up on a call after a few minutes at most), so a
+/// live writer's file is never taken.
+const STAGED_FILE_MAX_AGE: Duration = Duration::from_secs(3600);
+
 fn recorded_sandboxes(call: &Call) -> (Vec<Record>, Vec<Unreadable>) {
     let (mut records, mut unreadable) = (Vec::new(), Vec::new());
     match call.records.list() {
@@ -580,6 +585,24 @@ impl Plumb<'_> {
                 }
             }
             Err(e) => errors.push(e.into()),
+        }
+        // Temporary files of writers killed between writing and renaming (a record's, a cached
+        // result's): nothing else would ever remove them.
+        for dir in [
+            call.records.dir().to_path_buf(),
+            call.cni.cache.results_dir(),
+        ] {
+            match cni::cache::sweep_staged(&dir, STAGED_FILE_MAX_AGE) {
+                Ok(removed) => {
+                    for f in removed {
+                        call.log.verbose(&format!(
+                            "GC: removed {}, a temporary file its writer left",
+                            f.display()
+                        ));
+                    }
+                }
+                Err(e) => errors.push(e.context("GC")),
+            }
         }
         // Then each delegate network, with every attachment of a live sandbox as valid.
         let cached = match call.cni.cache.list(None) {

@@ -37,7 +37,7 @@ pub enum RecordError {
         "attachment record {path} has format version {found}, this plumb reads version \
          {RECORD_VERSION}"
     )]
-    Version { path: PathBuf, found: u32 },
+    Version { path: PathBuf, found: u64 },
     #[error("invalid container ID for an attachment record: {0}")]
     ContainerId(String),
 }
@@ -147,12 +147,21 @@ impl RecordStore {
             path: path.clone(),
             why: e.to_string(),
         })?;
-        let found = probe.get("version").and_then(Value::as_u64).unwrap_or(0);
+        // A file without a format version is not a record of any plumb: corrupt, not "version 0".
+        let found = match probe.get("version") {
+            Some(v) => v.as_u64().ok_or_else(|| RecordError::Corrupt {
+                path: path.clone(),
+                why: format!("its \"version\" is {v}, not a format version number"),
+            })?,
+            None => {
+                return Err(RecordError::Corrupt {
+                    path,
+                    why: "it has no format \"version\"".into(),
+                });
+            }
+        };
         if found != u64::from(RECORD_VERSION) {
-            return Err(RecordError::Version {
-                path,
-                found: found as u32,
-            });
+            return Err(RecordError::Version { path, found });
         }
         serde_json::from_value(probe)
             .map(Some)
@@ -269,6 +278,28 @@ mod tests {
         assert!(matches!(
             store.load("abc123").unwrap_err(),
             RecordError::Corrupt { .. }
+        ));
+        // No format version, or one that is not a number: corrupt, never read as "version 0".
+        for text in [
+            "{}",
+            "[]",
+            "null",
+            r#"{"version":"1"}"#,
+            r#"{"version":-1}"#,
+        ] {
+            fs::write(d.path().join("abc123.json"), text).unwrap();
+            let e = store.load("abc123").unwrap_err();
+            assert!(matches!(e, RecordError::Corrupt { .. }), "{text}: {e}");
+            assert!(e.to_string().contains("version"), "{text}: {e}");
+        }
+        // A version beyond 32 bits is named as it is.
+        fs::write(d.path().join("abc123.json"), r#"{"version":4294967297}"#).unwrap();
+        assert!(matches!(
+            store.load("abc123").unwrap_err(),
+            RecordError::Version {
+                found: 4294967297,
+                ..
+            }
         ));
         let e: cni::CniError = store.load("../etc/passwd").unwrap_err().into();
         assert_eq!(e.code, 4);

@@ -321,6 +321,24 @@ fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
         "GC without a list touched nothing"
     );
 
+    // Temporary files of writers killed before their rename (a record's, a cached result's):
+    // GC removes them once they are old; a fresh one may be a live writer's and stays.
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    let killed = [
+        p.node.state_dir().join(".c-gone.json.tmp4242"),
+        p.node
+            .cache_dir()
+            .join("results/.net-a-c-gone-net1.tmp4242"),
+    ];
+    for f in &killed {
+        std::fs::File::create(f)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+    }
+    let writing = p.node.state_dir().join(".c-new.json.tmp4343");
+    std::fs::write(&writing, "{").unwrap();
+
     let mut gc = p.config.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "c-live", "ifname": "eth0"}]);
     ok(&run(&CniCall {
@@ -338,6 +356,11 @@ fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
     );
     assert!(!p.node.record("c-stale").exists());
     assert!(p.node.record("c-live").exists());
+    assert!(
+        killed.iter().all(|f| !f.exists()),
+        "old temporary files left"
+    );
+    assert!(writing.exists(), "a fresh temporary file was removed");
     assert_eq!(ns2.links(), ["lo"]);
     assert_eq!(
         p.ns.addresses("net1"),

@@ -17,6 +17,9 @@ pub enum FaultKind {
     Unavailable,
     /// Close the connection without answering.
     Disconnect,
+    /// Answer with this HTTP code and this JSON body instead of handling the request, as a
+    /// misbehaving proxy or server might (another object than the one asked for, say).
+    Body(u16, String),
 }
 
 /// A fault and the requests it applies to.

@@ -316,6 +316,7 @@ async fn handle(
             return Err(Disconnect);
         }
         Some(FaultKind::Status(code, reason)) => Reply::error(&ApiError::injected(code, &reason)),
+        Some(FaultKind::Body(code, body)) => Reply::json(code, body),
         Some(FaultKind::Unavailable) => {
             Reply::error(&ApiError::injected(503, "ServiceUnavailable"))
         }
