@@ -10,8 +10,8 @@
 //! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N, default 300; PAUSE_MS, an
 //! untimed pause before each ADD and each DEL, default 0; API_LATENCY_US, added to every answer
 //! of the API stand-in, default 0). A DEL's time is mostly the kernel's
-//! (`rcu_barrier` when a link goes: 15–25 ms per delegate) and varies a lot: one iteration's
-//! ratio lies anywhere between about 0.96 and 1.16, and the median of 100 iterations moved by
+//! (`rcu_barrier` when a link goes: 15–25 ms per delegate) and varies a lot: half of the
+//! iterations' ratios lie outside about 0.96–1.16, and the median of 100 iterations moved by
 //! ±2.5% from one run to the next. Hence 300 (about a minute), and a bootstrap interval printed
 //! with the median so that a reader sees how far it can be trusted.
 //!
