@@ -28,8 +28,8 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteProtocol, RouteScope,
-    RouteType,
+    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteNextHopFlags,
+    RouteProtocol, RouteScope, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::protocols::NETLINK_ROUTE;
@@ -48,6 +48,7 @@ const IPV6_FIRST_METRIC: u32 = 1024;
 
 /// errno values the kernel answers with (Linux, every architecture plumb runs on).
 const ESRCH: i32 = 3;
+const EACCES: i32 = 13;
 const EINVAL: i32 = 22;
 const EEXIST: i32 = 17;
 const ENETUNREACH: i32 = 101;
@@ -232,10 +233,14 @@ impl From<RouteError> for cni::CniError {
             | RouteError::NoSuchInterface { .. }
             | RouteError::InvalidGateway { .. } => ErrorCode::InvalidConfig,
             // The kernel's ways of saying the gateway is not reachable through that interface:
-            // EINVAL "Nexthop has invalid gateway" (IPv4), EHOSTUNREACH (IPv6), ENETUNREACH.
-            // The request is wrong, not the machine.
+            // EINVAL "Nexthop has invalid gateway" (IPv4), EHOSTUNREACH (IPv6), ENETUNREACH,
+            // EACCES "IPv6 is disabled on nexthop device" (an IPv6 gateway on an interface
+            // without IPv6). The request is wrong, not the machine.
             RouteError::AddRoute { source, .. }
-                if matches!(source.errno(), Some(EINVAL | ENETUNREACH | EHOSTUNREACH)) =>
+                if matches!(
+                    source.errno(),
+                    Some(EINVAL | ENETUNREACH | EHOSTUNREACH | EACCES)
+                ) =>
             {
                 ErrorCode::InvalidConfig
             }
@@ -298,7 +303,7 @@ pub fn set_default_route(
     // Every check is done and nothing has changed yet. From here a failure is rolled back.
     let mut deleted: Vec<RouteMessage> = Vec::new();
     for route in &old {
-        match nl.ack(RouteNetlinkMessage::DelRoute(route.clone()), 0) {
+        match nl.ack(RouteNetlinkMessage::DelRoute(by_nexthop_id(route)), 0) {
             Ok(()) => deleted.push(route.clone()),
             // Gone already (something else removed it meanwhile): that is what we wanted.
             Err(e) if e.errno() == Some(ESRCH) => {}
@@ -470,14 +475,43 @@ fn new_default_route(ifindex: u32, gateway: IpAddr, metric: u32) -> RouteMessage
     route
 }
 
-/// A dumped route made fit to be added again: the kernel refuses the state flags it reports
-/// (`linkdown`, `dead`) and computes the cache info itself.
-fn restorable(route: &RouteMessage) -> RouteMessage {
+/// A dumped route that uses a nexthop object (`ip route add default nhid N`) as the kernel takes
+/// it back: by its nexthop id alone. The dump also reports the gateway and interface the object
+/// resolves to, and the kernel refuses a request that has both ("Nexthop specification and
+/// nexthop id are mutually exclusive"). Other routes are unchanged.
+fn by_nexthop_id(route: &RouteMessage) -> RouteMessage {
     let mut route = route.clone();
+    if route
+        .attributes
+        .iter()
+        .any(|a| matches!(a, RouteAttribute::NhId(_)))
+    {
+        route.attributes.retain(|a| {
+            !matches!(
+                a,
+                RouteAttribute::Oif(_) | RouteAttribute::Gateway(_) | RouteAttribute::MultiPath(_)
+            )
+        });
+    }
+    route
+}
+
+/// A dumped route made fit to be added again: the kernel refuses the state flags it reports
+/// (`linkdown`, `dead`), on the route and on each hop of an ECMP route, computes the cache info
+/// itself, and takes a nexthop object's route by its id alone ([`by_nexthop_id`]).
+fn restorable(route: &RouteMessage) -> RouteMessage {
+    let mut route = by_nexthop_id(route);
     route.header.flags &= RouteFlags::Onlink;
     route
         .attributes
         .retain(|a| !matches!(a, RouteAttribute::CacheInfo(_)));
+    for a in &mut route.attributes {
+        if let RouteAttribute::MultiPath(hops) = a {
+            for hop in hops {
+                hop.flags &= RouteNextHopFlags::Onlink;
+            }
+        }
+    }
     route
 }
 

@@ -296,6 +296,80 @@ fn an_unreachable_gateway_is_refused_and_the_old_default_stays() {
 }
 
 #[test]
+fn a_default_route_through_a_nexthop_object_moves_and_comes_back() {
+    // `ip route add default nhid N`: the kernel's dump also names the gateway the object
+    // resolves to, and refuses a delete or an add that has both.
+    let pod = Pod::new();
+    pod.interface("eth0", &["10.1.0.2/24"])
+        .interface("net1", &["10.2.0.2/24"]);
+    let ns = pod.ns.name();
+    ip(&[
+        "-n", ns, "nexthop", "add", "id", "7", "via", "10.1.0.1", "dev", "eth0",
+    ]);
+    ip(&["-n", ns, "route", "add", "default", "nhid", "7"]);
+    let before = pod.ip_defaults("-4");
+
+    // A failed move puts it back, still through its nexthop object.
+    let e = pod.set("net1", &["10.9.9.1"]).unwrap_err();
+    assert!(e.to_string().contains("back in place"), "{e}");
+    assert_eq!(pod.ip_defaults("-4"), before);
+    assert_eq!(
+        pod.ns
+            .routes("-4")
+            .iter()
+            .filter(|r| r["nhid"] == 7)
+            .count(),
+        1
+    );
+
+    pod.set("net1", &["10.2.0.1"]).unwrap();
+    assert_eq!(pod.ip_defaults("-4"), vec![row("net1", "10.2.0.1", 0)]);
+}
+
+#[test]
+fn a_failed_move_restores_an_ecmp_default_with_a_hop_down() {
+    // The kernel marks the hop whose link is down `linkdown` in its dump, and refuses that flag
+    // when the route is added back.
+    let pod = Pod::new();
+    pod.interface("eth0", &["10.1.0.2/24"])
+        .interface("eth1", &["10.3.0.2/24"])
+        .interface("net1", &["10.2.0.2/24"]);
+    let ns = pod.ns.name();
+    ip(&[
+        "-n", ns, "route", "add", "default", "nexthop", "via", "10.1.0.1", "dev", "eth0",
+        "nexthop", "via", "10.3.0.1", "dev", "eth1",
+    ]);
+    ip(&["-n", pod.peers.name(), "link", "set", "p-eth1", "down"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !format!("{:?}", pod.ns.routes("-4")).contains("linkdown") {
+        assert!(Instant::now() < deadline, "{:?}", pod.ns.routes("-4"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = pod.ns.routes("-4");
+
+    let e = pod.set("net1", &["10.9.9.1"]).unwrap_err();
+    assert!(e.to_string().contains("back in place"), "{e}");
+    assert_eq!(pod.ns.routes("-4"), before);
+}
+
+#[test]
+fn an_ipv6_gateway_on_an_interface_without_ipv6_is_a_configuration_error() {
+    let pod = Pod::new();
+    pod.interface("eth0", &["10.1.0.2/24"])
+        .interface("net1", &["10.2.0.2/24"]);
+    let out = Command::new("ip")
+        .args(["netns", "exec", pod.ns.name(), "sysctl", "-qw"])
+        .arg("net.ipv6.conf.net1.disable_ipv6=1")
+        .status()
+        .unwrap();
+    assert!(out.success());
+    let e = pod.set("net1", &["fe80::1"]).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("fe80::1") && text.contains("net1"), "{text}");
+    assert_eq!(cni::CniError::from(e).code, 7, "{text}");
+}
+
+#[test]
 fn an_unknown_interface_and_paths_that_are_not_a_netns_are_clear_errors() {
     let pod = dual_stack_pod();
     let path = pod.ns.path();
