@@ -218,7 +218,12 @@ impl DeviceInfo {
                     "\"type\": {t:?} is not one of \"pci\", \"vdpa\", \"vhost-user\", \"memif\""
                 )));
             }
-            _ => {}
+            Some(Value::String(_)) => {}
+            Some(other) => {
+                return Err(DeviceInfoError::Invalid(format!(
+                    "\"type\": {other} is not a string"
+                )));
+            }
         }
         match m.get("version") {
             None => return Err(DeviceInfoError::Invalid("\"version\" is required".into())),
@@ -227,7 +232,12 @@ impl DeviceInfo {
                     "\"version\": {s:?} is not a version of the form MAJOR.MINOR.PATCH"
                 )));
             }
-            _ => {}
+            Some(Value::String(_)) => {}
+            Some(other) => {
+                return Err(DeviceInfoError::Invalid(format!(
+                    "\"version\": {other} is not a string"
+                )));
+            }
         }
         for key in ["pci", "vdpa", "vhost-user", "memif"] {
             if let Some(sub) = m.get(key).filter(|v| !v.is_null()) {
@@ -326,7 +336,15 @@ mod tests {
             ),
             (
                 json!({"type": "pci", "version": 1, "pci": {"pci-address": "a"}}),
-                "invalid type",
+                "\"version\": 1 is not a string",
+            ),
+            (
+                json!({"type": 5, "version": "1.1.0", "pci": {"pci-address": "a"}}),
+                "\"type\": 5 is not a string",
+            ),
+            (
+                json!({"type": null, "version": "1.1.0", "pci": {"pci-address": "a"}}),
+                "\"type\": null is not a string",
             ),
             (
                 json!({"type": "pci", "version": "1.1.0"}),

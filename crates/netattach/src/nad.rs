@@ -111,11 +111,12 @@ impl NetworkAttachmentDefinition {
             .filter(|s| !s.is_empty())
     }
 
-    /// Checks the object's name and namespace are DNS-1123 labels (multi-net spec §3.3).
+    /// Checks the object's name (multi-net spec §3.3: [`names::nad_name_problem`]) and its
+    /// namespace (a DNS-1123 label).
     pub fn validate_name(&self) -> Result<(), NadError> {
         let name = self.metadata.name.as_deref().ok_or(NadError::MissingName)?;
         let nad = self.qualified_name();
-        names::validate_label(name).map_err(|source| NadError::InvalidName {
+        names::validate_nad_name(name).map_err(|source| NadError::InvalidName {
             nad: nad.clone(),
             source,
         })?;

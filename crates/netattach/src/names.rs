@@ -33,12 +33,28 @@ impl From<NameError> for cni::CniError {
 /// character", `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters (Kubernetes'
 /// `IsDNS1123Label`, which the spec names as the rule for namespaces).
 pub fn dns1123_label_problem(s: &str) -> Option<&'static str> {
+    if s.len() > DNS1123_LABEL_MAX {
+        return Some("it must be no more than 63 characters");
+    }
+    label_characters_problem(s)
+}
+
+/// Why `s` is not a valid NetworkAttachmentDefinition name, or `None`. multi-net spec §3.3: the
+/// characters of a DNS-1123 label, with 63 characters or fewer only *recommended*; Kubernetes
+/// takes custom-resource names of up to 253 characters and Multus's name check has no limit, so a
+/// longer name is refused only beyond 253. (Namespaces are labels: [`dns1123_label_problem`].)
+pub fn nad_name_problem(s: &str) -> Option<&'static str> {
+    if s.len() > DNS1123_SUBDOMAIN_MAX {
+        return Some("it must be no more than 253 characters");
+    }
+    label_characters_problem(s)
+}
+
+/// The character rules of a DNS-1123 label, whatever its length.
+fn label_characters_problem(s: &str) -> Option<&'static str> {
     let b = s.as_bytes();
     if b.is_empty() {
         return Some("it must not be empty");
-    }
-    if b.len() > DNS1123_LABEL_MAX {
-        return Some("it must be no more than 63 characters");
     }
     if !b
         .iter()
@@ -80,6 +96,17 @@ pub fn dns1123_subdomain_problem(s: &str) -> Option<&'static str> {
 /// Checks a DNS-1123 label (NAD names, namespaces).
 pub fn validate_label(s: &str) -> Result<(), NameError> {
     match dns1123_label_problem(s) {
+        None => Ok(()),
+        Some(why) => Err(NameError::Label {
+            name: s.to_string(),
+            why,
+        }),
+    }
+}
+
+/// Checks a NetworkAttachmentDefinition name ([`nad_name_problem`]).
+pub fn validate_nad_name(s: &str) -> Result<(), NameError> {
+    match nad_name_problem(s) {
         None => Ok(()),
         Some(why) => Err(NameError::Label {
             name: s.to_string(),

@@ -256,9 +256,18 @@ impl Config {
                 continue;
             }
             if let Some((_, why)) = UNSUPPORTED.iter().find(|(k, _)| k == key) {
+                // CNI spec, error code 2: the message must contain the key and its value (cut
+                // short: the value comes from outside and could be of any size).
+                let mut value = raw[key].to_string();
+                if let Some((cut, _)) = value.char_indices().nth(200) {
+                    value.truncate(cut);
+                    value.push('…');
+                }
                 return Err(CniError::new(
                     ErrorCode::UnsupportedField,
-                    format!("plumb configuration: key {key:?} is not supported: {why}"),
+                    format!(
+                        "plumb configuration: key {key:?} (set to {value}) is not supported: {why}"
+                    ),
                 ));
             }
             match IGNORED.iter().find(|(k, _)| k == key) {
@@ -473,7 +482,11 @@ mod tests {
         }
         let e = parse(json!({"clusterNetwork": "x", "auxiliaryCNIChainName": "aux"})).unwrap_err();
         assert_eq!(e.code, 2);
-        assert!(e.msg.contains("auxiliaryCNIChainName"));
+        assert!(e.msg.contains("auxiliaryCNIChainName"), "{e}");
+        assert!(
+            e.msg.contains("\"aux\""),
+            "the value is named (CNI spec, code 2): {e}"
+        );
         assert_eq!(Config::parse(b"{").unwrap_err().code, 6);
         let c = parse(json!({"clusterNetwork": "x", "logLevel": "info"})).unwrap();
         assert_eq!(c.log_level, LogLevel::Panic);

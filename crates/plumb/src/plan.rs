@@ -248,10 +248,19 @@ impl Planner<'_> {
                     "ipam-claim-reference",
                     element.ipam_claim_reference.is_some(),
                 ),
+                ("deviceID", element.device_id.is_some()),
             ]
             .into_iter()
             .filter_map(|(k, set)| set.then_some(k))
             .collect();
+            let mut unknown: Vec<&str> = element.unknown_keys().collect();
+            if !unknown.is_empty() {
+                unknown.sort_unstable();
+                self.out.warnings.push(format!(
+                    "annotation {DEFAULT_NETWORK_ANNOTATION:?}: selection keys {unknown:?} are \
+                     not part of the specification and are ignored"
+                ));
+            }
             if !ignored.is_empty() {
                 self.out.warnings.push(format!(
                     "annotation {DEFAULT_NETWORK_ANNOTATION:?}: keys {ignored:?} are ignored for \
@@ -392,13 +401,27 @@ impl Planner<'_> {
     ) -> Result<Resolved, CniError> {
         let list = match nad.cni_config()? {
             NadConfig::Inline(list) => list,
-            NadConfig::OnDisk { name } => self.networks.conf_by_name(&name)?.ok_or_else(|| {
-                invalid(format!(
-                    "network-attachment-definition {r} has no spec.config and no configuration \
-                     file named {name:?} is in {}",
-                    self.config.conf_dir.display()
-                ))
-            })?,
+            NadConfig::OnDisk { name } => {
+                let selected_by = self
+                    .pod
+                    .map(|p| format!(" (selected by pod {}/{})", p.namespace, p.name))
+                    .unwrap_or_default();
+                self.networks
+                    .conf_by_name(&name)
+                    .map_err(|e| {
+                        e.context(format!(
+                            "network-attachment-definition {r}{selected_by} has no spec.config, \
+                             and its configuration file {name:?} could not be looked up"
+                        ))
+                    })?
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "network-attachment-definition {r}{selected_by} has no spec.config \
+                             and no configuration file named {name:?} is in {}",
+                            self.config.conf_dir.display()
+                        ))
+                    })?
+            }
         };
         let device = match nad.resource_name() {
             Some(resource) => self.take_device(r, resource)?,

@@ -57,7 +57,7 @@ fn item_at(position: usize, raw: &str) -> Result<NetworkSelectionElement, Select
             format!("{item:?} has more than one '@' (expected [namespace/]name[@interface])"),
         ));
     }
-    if let Some(why) = names::dns1123_label_problem(name) {
+    if let Some(why) = names::nad_name_problem(name) {
         return Err(fail(
             "name",
             format!("{name:?} is not a valid DNS-1123 label: {why}"),

@@ -70,7 +70,7 @@ pub fn element(position: usize, value: &Value) -> Result<NetworkSelectionElement
         Some(v) => {
             let s = string(v)
                 .map_err(|why| SelectionError::element(position, None, Some("name"), why))?;
-            if let Some(why) = names::dns1123_label_problem(s) {
+            if let Some(why) = names::nad_name_problem(s) {
                 return Err(SelectionError::element(
                     position,
                     Some(s),

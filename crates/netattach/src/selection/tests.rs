@@ -101,8 +101,18 @@ fn comma_format_errors_say_which_item_and_why() {
             "net-a@a:b",
             "key \"interface\": \"a:b\" is not a valid interface name",
         ),
+        // A name may be longer than a label's 63 (spec §3.3 only recommends it), up to what
+        // Kubernetes takes for an object's name; a namespace may not.
         (
-            &format!("{},b", "a".repeat(64)),
+            &format!("{},b", "a".repeat(254)),
+            "no more than 253 characters",
+        ),
+        (
+            &format!("{}/net-a", "a".repeat(64)),
+            "key \"namespace\": \"aaaa",
+        ),
+        (
+            &format!("{}/net-a", "a".repeat(64)),
             "no more than 63 characters",
         ),
     ];
@@ -110,6 +120,12 @@ fn comma_format_errors_say_which_item_and_why() {
         let e = err(value);
         assert!(e.starts_with(PREFIX), "{value:?}: {e}");
         assert!(e.contains(needle), "{value:?}: {e}\n  expected: {needle}");
+    }
+    // Both forms take a 64-character name (Kubernetes and Multus do).
+    let long = "a".repeat(64);
+    for value in [long.clone(), json!([{ "name": long }]).to_string()] {
+        let got = parse(&value).unwrap_or_else(|e| panic!("{value}: {e}"));
+        assert_eq!(got[0].name, long);
     }
 }
 

@@ -11,6 +11,8 @@ struct Fake {
     nads: BTreeMap<String, NetworkAttachmentDefinition>,
     files: BTreeMap<String, NetworkConfigList>,
     paths: BTreeMap<PathBuf, NetworkConfigList>,
+    /// What looking up a configuration file by name fails with (a broken directory).
+    conf_error: Option<String>,
 }
 
 fn conf(name: &str, plugins: Value) -> NetworkConfigList {
@@ -44,6 +46,9 @@ impl Networks for Fake {
         Ok(self.nads.get(&r.to_string()).cloned())
     }
     fn conf_by_name(&self, name: &str) -> Result<Option<NetworkConfigList>, CniError> {
+        if let Some(e) = &self.conf_error {
+            return Err(invalid(e.clone()));
+        }
         Ok(self.files.get(name).cloned())
     }
     fn conf_at(&self, path: &Path) -> Result<NetworkConfigList, CniError> {
@@ -205,7 +210,8 @@ fn the_default_network_annotation_replaces_the_cluster_network() {
             "default",
             &[(
                 DEFAULT_NETWORK_ANNOTATION,
-                r#"[{"name":"alt","mac":"02:00:00:00:00:09"}]"#,
+                r#"[{"name":"alt","mac":"02:00:00:00:00:09","deviceID":"0000:18:02.5",
+                    "overrides":{}}]"#,
             )],
         )),
         "eth0",
@@ -213,13 +219,16 @@ fn the_default_network_annotation_replaces_the_cluster_network() {
         None,
     )
     .unwrap();
-    assert!(
-        p.warnings
-            .iter()
-            .any(|w| w.contains("\"mac\"") && w.contains("ignored")),
-        "{:?}",
-        p.warnings
-    );
+    for key in ["\"mac\"", "\"deviceID\"", "\"overrides\""] {
+        assert!(
+            p.warnings
+                .iter()
+                .any(|w| w.contains(key) && w.contains("ignored")),
+            "{key}: {:?}",
+            p.warnings
+        );
+    }
+    assert!(p.attachments[0].capability_args.is_empty());
 
     let e = plan(
         &config(json!({})),
@@ -832,4 +841,25 @@ fn a_device_backed_default_network_takes_the_first_device() {
         json!({"portMappings": [], "deviceID": "0000:18:02.2"})
     );
     assert_eq!(p.attachments[1].device.as_ref().unwrap().id, "0000:18:02.3");
+}
+
+#[test]
+fn a_nad_whose_file_cannot_be_looked_up_is_named_with_its_pod() {
+    // A NAD without spec.config names a configuration file; when the directory cannot be read
+    // through, the error still says which NAD and which pod, not only the file's name.
+    let fake = Fake {
+        conf_error: Some("no network named \"sriov-a\" (skipped invalid files: 10-x.conf)".into()),
+        ..cluster().with_nad("default", "sriov-a", None)
+    };
+    let e = plan(
+        &config(json!({})),
+        Some(&pod("default", &[(NETWORKS_ANNOTATION, "sriov-a")])),
+        "eth0",
+        &fake,
+        None,
+    )
+    .unwrap_err();
+    for part in ["default/sriov-a", "pod default/web", "10-x.conf"] {
+        assert!(e.msg.contains(part), "{part}: {e}");
+    }
 }
