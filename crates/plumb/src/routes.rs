@@ -14,7 +14,8 @@
 //! thread enters the pod netns, opens a netlink socket there and hands it back; a netlink socket
 //! stays bound to the namespace it was created in, so all the work is then done from the caller's
 //! thread, with blocking I/O on that socket. The helper thread ends right after, so no code ever
-//! runs inside the pod netns (and no delegate can be spawned from it).
+//! runs inside the pod netns (and no delegate can be spawned from it). The same kind of thread
+//! writes the `accept_ra_defrtr` sysctls, which `/proc/sys/net` shows per opening thread.
 
 use std::fmt;
 use std::fs::File;
@@ -196,6 +197,17 @@ pub enum RouteError {
         source: NetlinkError,
         rollback: Rollback,
     },
+    #[error(
+        "default-route: cannot stop {ifname} in {} from taking a default route from IPv6 router \
+         advertisements (net.ipv6.conf.{ifname}.accept_ra_defrtr): {source}; {rollback}",
+        netns.display()
+    )]
+    RouterAdvertisements {
+        netns: PathBuf,
+        ifname: String,
+        source: io::Error,
+        rollback: Rollback,
+    },
     #[error("default-route: the thread that enters {} failed: {why}", netns.display())]
     Thread { netns: PathBuf, why: String },
 }
@@ -246,6 +258,7 @@ impl From<RouteError> for cni::CniError {
             }
             RouteError::AddRoute { .. }
             | RouteError::DeleteRoute { .. }
+            | RouteError::RouterAdvertisements { .. }
             | RouteError::Netlink { .. } => ErrorCode::Io,
             RouteError::Thread { .. } => ErrorCode::Internal,
         };
@@ -259,7 +272,9 @@ impl From<RouteError> for cni::CniError {
 /// increasing metrics within a family (spec: "an implementation may choose to assign a metric to
 /// each gateway in the list using that ordering"): 0, 1, 2… for IPv4 and 1024, 1025… for IPv6,
 /// whose kernel reads metric 0 as "unset" and makes it 1024. Families absent from `gateways` are
-/// left alone. An empty `gateways` changes nothing and touches nothing.
+/// left alone. An empty `gateways` changes nothing and touches nothing. When IPv6 gateways are
+/// given, every other interface stops taking a default route from router advertisements
+/// (`accept_ra_defrtr` 0), so that the next advertisement does not undo the move.
 ///
 /// Failure leaves the previous default routes in place: nothing is changed until the netns, the
 /// interface and every gateway's form are checked, and if the kernel then refuses a route (an
@@ -291,6 +306,18 @@ pub fn set_default_route(
     for family in &families {
         old.extend(nl.dump_routes(*family)?.into_iter().filter(is_main_default));
     }
+    // The other interfaces, whose IPv6 default routes must stay cleared: a router advertisement
+    // on one of them would install its default route again (the kernel takes one from every RA
+    // while `accept_ra_defrtr` is 1, its default), and the pod's traffic would leave by it.
+    let ra_off: Vec<(String, String)> = if families.contains(&IpFamily::V6) {
+        nl.link_names()?
+            .into_iter()
+            .filter(|(_, name)| name != ifname && name != "lo")
+            .map(|(_, name)| (name, "0".to_string()))
+            .collect()
+    } else {
+        Vec::new()
+    };
 
     let mut new = Vec::with_capacity(gateways.len());
     for family in &families {
@@ -338,7 +365,87 @@ pub fn set_default_route(
             }
         }
     }
+    let (changed, failure) = match write_accept_ra_defrtr(netns, ra_off) {
+        Ok(outcome) => outcome,
+        Err(e) => (
+            Vec::new(),
+            Some((ifname.to_string(), io::Error::other(e.to_string()))),
+        ),
+    };
+    if let Some((link, source)) = failure {
+        // Put back what was changed, then the routes.
+        let _ = write_accept_ra_defrtr(netns, changed);
+        let rollback = nl.rollback(&added, &deleted);
+        return Err(RouteError::RouterAdvertisements {
+            netns: netns.to_path_buf(),
+            ifname: link,
+            source,
+            rollback,
+        });
+    }
     Ok(())
+}
+
+/// What [`write_accept_ra_defrtr`] did: the previous value of each sysctl it changed, and the
+/// first failure (the link and why), after which it stopped.
+type SysctlOutcome = (Vec<(String, String)>, Option<(String, io::Error)>);
+
+/// Sets `net.ipv6.conf.<link>.accept_ra_defrtr` of each link to its value, from a fresh thread
+/// that enters the netns (`/proc/sys/net` shows the namespace of the thread that opens it) and
+/// ends, as [`Netlink::open`]'s does. A link without IPv6 (no such file) is skipped.
+fn write_accept_ra_defrtr(
+    netns: &Path,
+    values: Vec<(String, String)>,
+) -> Result<SysctlOutcome, RouteError> {
+    if values.is_empty() {
+        return Ok((Vec::new(), None));
+    }
+    let file = File::open(netns).map_err(|source| RouteError::OpenNetns {
+        netns: netns.to_path_buf(),
+        source,
+    })?;
+    let handle = std::thread::Builder::new()
+        .name("plumb-netns".into())
+        .spawn(move || -> Result<SysctlOutcome, nix::Error> {
+            nix::sched::setns(&file, CloneFlags::CLONE_NEWNET)?;
+            let mut changed = Vec::new();
+            for (link, value) in values {
+                // The kernel's names have no '/' and are never "." or "..": the path stays in
+                // the link's directory. Checked all the same, as the name came from a dump.
+                if link.contains('/') || link == "." || link == ".." {
+                    continue;
+                }
+                let path = format!("/proc/sys/net/ipv6/conf/{link}/accept_ra_defrtr");
+                let previous = match std::fs::read_to_string(&path) {
+                    Ok(v) => v.trim().to_string(),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Ok((changed, Some((link, e)))),
+                };
+                if previous == value {
+                    continue;
+                }
+                if let Err(e) = std::fs::write(&path, &value) {
+                    return Ok((changed, Some((link, e))));
+                }
+                changed.push((link, previous));
+            }
+            Ok((changed, None))
+        })
+        .map_err(|e| RouteError::Thread {
+            netns: netns.to_path_buf(),
+            why: e.to_string(),
+        })?;
+    match handle.join() {
+        Ok(Ok(outcome)) => Ok(outcome),
+        Ok(Err(e)) => Err(RouteError::EnterNetns {
+            netns: netns.to_path_buf(),
+            source: e.into(),
+        }),
+        Err(_) => Err(RouteError::Thread {
+            netns: netns.to_path_buf(),
+            why: "it panicked".into(),
+        }),
+    }
 }
 
 /// The default routes of the main table in the netns, IPv4 then IPv6, in the kernel's order.

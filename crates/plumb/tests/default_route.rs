@@ -369,6 +369,88 @@ fn an_ipv6_gateway_on_an_interface_without_ipv6_is_a_configuration_error() {
     assert_eq!(cni::CniError::from(e).code, 7, "{text}");
 }
 
+/// Sends one IPv6 router advertisement (router lifetime 1800 s, high preference) out of
+/// `ifname` in `netns`, as a router on that link would. Python, as std has no raw sockets.
+fn send_router_advertisement(netns: &str, ifname: &str) {
+    const RA: &str = r#"
+import socket, struct, sys
+ifname = sys.argv[1]
+s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+s.setsockopt(socket.SOL_SOCKET, 25, ifname.encode())  # SO_BINDTODEVICE
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+idx = socket.if_nametoindex(ifname)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, idx)
+# type 134, code 0, checksum (the kernel's), hop limit 64, flags (high preference),
+# router lifetime, reachable time, retransmit timer
+s.sendto(struct.pack("!BBHBBHII", 134, 0, 0, 64, 0x08, 1800, 0, 0), ("ff02::1", 0, 0, idx))
+"#;
+    let out = Command::new("ip")
+        .args(["netns", "exec", netns, "python3", "-c", RA, ifname])
+        .output()
+        .expect("python3 (scripts/install-deps.sh installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_router_advertisement_does_not_bring_back_another_interfaces_ipv6_default() {
+    // Spec §4.1.2.1.9: the default network's default route is cleared. A router advertising on
+    // eth0's link would install it again at its next advertisement, unless eth0 stops taking
+    // default routes from advertisements.
+    let pod = Pod::new();
+    for ns in [pod.ns.name(), pod.peers.name()] {
+        // Link-local addresses usable at once: the advertisement's source is one.
+        let ok = Command::new("ip")
+            .args(["netns", "exec", ns, "sysctl", "-qw"])
+            .arg("net.ipv6.conf.default.accept_dad=0")
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    pod.interface("eth0", &[])
+        .interface("net1", &["2001:db8:2::2/64"]);
+    let eth0_default = |pod: &Pod| {
+        pod.ip_defaults("-6")
+            .iter()
+            .any(|(dev, _, _)| dev == "eth0")
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !eth0_default(&pod) {
+        assert!(
+            Instant::now() < deadline,
+            "no default from the advertisement"
+        );
+        send_router_advertisement(pod.peers.name(), "p-eth0");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // A move that fails leaves eth0 taking advertisements, as it leaves its route.
+    let accept_ra_defrtr = |pod: &Pod| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", pod.ns.name(), "sysctl", "-n"])
+            .arg("net.ipv6.conf.eth0.accept_ra_defrtr")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    pod.set("net1", &["2001:db8:9::1"]).unwrap_err();
+    assert!(eth0_default(&pod));
+    assert_eq!(accept_ra_defrtr(&pod), "1");
+
+    pod.set("net1", &["2001:db8:2::1"]).unwrap();
+    assert_eq!(pod.ip_defaults("-6"), [row("net1", "2001:db8:2::1", 1024)]);
+    assert_eq!(accept_ra_defrtr(&pod), "0");
+    // The router's next advertisements.
+    for _ in 0..3 {
+        send_router_advertisement(pod.peers.name(), "p-eth0");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(pod.ip_defaults("-6"), [row("net1", "2001:db8:2::1", 1024)]);
+}
+
 #[test]
 fn an_unknown_interface_and_paths_that_are_not_a_netns_are_clear_errors() {
     let pod = dual_stack_pod();
