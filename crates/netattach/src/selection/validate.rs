@@ -249,10 +249,16 @@ pub fn default_route(v: &Value) -> Result<Vec<IpAddr>, String> {
         .collect()
 }
 
-/// `interface` (§4.1.2.1.5): a valid Linux interface name.
+/// `interface` (§4.1.2.1.5): a valid Linux interface name, which the kernel gives the link as
+/// it is. A '%' makes the kernel read the name as a template (`net%d` becomes `net0`), so the
+/// pod would get another name than the one recorded and reported: refused.
 pub fn interface(v: &Value) -> Result<String, String> {
     let s = string(v)?;
     match cni::validate::interface_name_problem(s) {
+        None if s.contains('%') => Err(format!(
+            "{s:?} is not a valid interface name: the kernel reads a name with '%' as a \
+             template and would pick another"
+        )),
         None => Ok(s.to_string()),
         Some(why) => Err(format!("{s:?} is not a valid interface name: {why}")),
     }
@@ -588,6 +594,7 @@ mod tests {
             json!("sixteen-chars-xx"),
             json!("a b"),
             json!(".."),
+            json!("net%d"),
             json!(1),
         ] {
             assert!(interface(&bad).is_err(), "{bad}");
