@@ -13,6 +13,7 @@ use cni::NetworkConfigList;
 use serde_json::{Map, Value};
 use thiserror::Error;
 
+use crate::selection::Bandwidth;
 use crate::selection::NetworkSelectionElement;
 
 /// The `runtimeConfig` keys (capability names) an attachment may fill.
@@ -67,6 +68,26 @@ impl From<RuntimeConfigError> for cni::CniError {
 }
 
 /// The capability arguments for one attachment (the `runtimeConfig` keys of CONVENTIONS.md):
+/// The burst the kubelet gives a bandwidth limit of its own (`math.MaxInt32` bits: no limit to
+/// speak of), given to a rate the element sets without one. Multi-net spec §4.1.2.1.8: "choose
+/// reasonable default values for ingressBurst and egressBurst as some bandwidth management plugins
+/// (like the CNI reference bandwidth plugin) require these values"; the reference plugin refuses a
+/// rate without a burst ("if rate is set, burst must also be set"), so the pod would not start.
+pub const DEFAULT_BANDWIDTH_BURST: u64 = i32::MAX as u64;
+
+/// `bw` with [`DEFAULT_BANDWIDTH_BURST`] for each rate that has no burst.
+fn with_default_bursts(bw: &Bandwidth) -> Bandwidth {
+    let burst = |rate: Option<u64>, burst: Option<u64>| match (rate, burst) {
+        (Some(_), None) => Some(DEFAULT_BANDWIDTH_BURST),
+        _ => burst,
+    };
+    Bandwidth {
+        ingress_burst: burst(bw.ingress_rate, bw.ingress_burst),
+        egress_burst: burst(bw.egress_rate, bw.egress_burst),
+        ..bw.clone()
+    }
+}
+
 /// `ips`, `mac`, `portMappings`, `bandwidth`, `infinibandGUID` from the element; `deviceID` from
 /// `device_id` (found through the NAD's resource) or else the element's `deviceID` (Multus gives
 /// the resource's ID precedence); `CNIDeviceInfoFile` when a path is given (device-info §5.1.1).
@@ -96,7 +117,7 @@ pub fn capability_args(
     if let Some(bw) = &element.bandwidth {
         args.insert(
             capability::BANDWIDTH.into(),
-            serde_json::to_value(bw).unwrap_or(Value::Null),
+            serde_json::to_value(with_default_bursts(bw)).unwrap_or(Value::Null),
         );
     }
     if let Some(guid) = &element.infiniband_guid {
@@ -254,6 +275,25 @@ mod tests {
 
     fn list(v: Value) -> NetworkConfigList {
         NetworkConfigList::from_any_bytes(&serde_json::to_vec(&v).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_rate_without_a_burst_gets_the_kubelets_burst() {
+        // The reference bandwidth plugin refuses a rate without a burst (spec §4.1.2.1.8 says
+        // to choose a default); a burst given is kept, and no rate gets no burst.
+        let bw = |v: Value| {
+            let e = element(json!({"name": "n", "bandwidth": v}));
+            capability_args(&e, None, None)["bandwidth"].clone()
+        };
+        assert_eq!(
+            bw(json!({"ingressRate": 1000, "egressRate": 2000, "egressBurst": 300})),
+            json!({"ingressRate": 1000, "ingressBurst": 2147483647u64,
+                   "egressRate": 2000, "egressBurst": 300})
+        );
+        assert_eq!(
+            bw(json!({"egressRate": 2000})),
+            json!({"egressRate": 2000, "egressBurst": 2147483647u64})
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod common;
 
 use std::fs;
+use std::process::Command;
 
 use common::{CniCall, Node, err, ok, run};
 use serde_json::{Value, json};
@@ -289,6 +290,50 @@ fn json_annotation_with_ips_and_mac() {
     assert_eq!(status[1]["mac"], "02:00:00:00:09:05");
     ok(&c.call("DEL", &ns, pod, "cst"));
     c.assert_nothing_left(&ns, "cst");
+}
+
+#[test]
+fn a_bandwidth_rate_without_a_burst_is_applied() {
+    // The reference bandwidth plugin refuses a rate without a burst; plumb gives it the
+    // kubelet's default burst (spec §4.1.2.1.8), so the pod starts with its limit in place.
+    let c = Cluster::new(207);
+    let bridge = unique_name("kw");
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "default",
+            "limited",
+            json!({"cniVersion": "1.0.0", "plugins": [
+            {"type": "bridge", "bridge": bridge, "capabilities": {"ips": true},
+             "ipam": {"type": "static"}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}}]}),
+        ),
+    );
+    let _bridge = Link::adopt(&bridge);
+    let annotation =
+        r#"[{"name":"limited","ips":["10.207.9.5/24"],"bandwidth":{"ingressRate":1000000}}]"#;
+    let uid = c.pod("default", "bw", json!({NETWORKS: annotation}));
+    let ns = Netns::new();
+    let pod = ("default", "bw", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "cbw"));
+    // The limit: a token bucket on the pod's veth on the host side, the bridge's port.
+    let port = Command::new("ip")
+        .args(["-j", "link", "show", "master", &bridge])
+        .output()
+        .unwrap();
+    let ports: Value = serde_json::from_slice(&port.stdout).unwrap();
+    let port = ports[0]["ifname"].as_str().unwrap().to_string();
+    let qdisc = Command::new("tc")
+        .args(["qdisc", "show", "dev", &port])
+        .output()
+        .unwrap();
+    let qdisc = String::from_utf8_lossy(&qdisc.stdout);
+    assert!(
+        qdisc.contains("tbf") && qdisc.contains("rate 1Mbit"),
+        "{qdisc}"
+    );
+    ok(&c.call("DEL", &ns, pod, "cbw"));
+    c.assert_nothing_left(&ns, "cbw");
 }
 
 #[test]
