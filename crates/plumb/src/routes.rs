@@ -27,6 +27,7 @@ use netlink_packet_core::{
     NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_CREATE, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_EXCL,
     NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
 };
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteNextHopFlags,
@@ -297,6 +298,15 @@ pub fn set_default_route(
     }
     let mut nl = Netlink::open(netns)?;
     let ifindex = nl.link_index(ifname)?;
+    // The pod's own address as its gateway: the kernel takes it for IPv4, and the pod's traffic
+    // then goes nowhere.
+    let own = nl.local_addresses()?;
+    if let Some(gw) = gateways.iter().find(|g| own.contains(g)) {
+        return Err(RouteError::InvalidGateway {
+            gateway: *gw,
+            why: "it is an address of the pod itself",
+        });
+    }
 
     let families: Vec<IpFamily> = [IpFamily::V4, IpFamily::V6]
         .into_iter()
@@ -772,6 +782,25 @@ impl Netlink {
             }),
             Err(e) => Err(self.error(format!("looking up {ifname}"), e)),
         }
+    }
+
+    /// Every address of every interface in the namespace.
+    fn local_addresses(&mut self) -> Result<Vec<IpAddr>, RouteError> {
+        let replies = self
+            .dump(RouteNetlinkMessage::GetAddress(AddressMessage::default()))
+            .map_err(|e| self.error("listing addresses", e))?;
+        Ok(replies
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(a) => Some(a.attributes),
+                _ => None,
+            })
+            .flatten()
+            .filter_map(|a| match a {
+                AddressAttribute::Address(ip) | AddressAttribute::Local(ip) => Some(ip),
+                _ => None,
+            })
+            .collect())
     }
 
     /// (index, name) of every link.

@@ -452,6 +452,25 @@ fn a_router_advertisement_does_not_bring_back_another_interfaces_ipv6_default() 
 }
 
 #[test]
+fn the_pods_own_address_is_refused_as_a_gateway() {
+    // The kernel would take it for IPv4, and the pod's traffic would go nowhere.
+    let pod = dual_stack_pod();
+    let before4 = pod.ip_defaults("-4");
+    let before6 = pod.ip_defaults("-6");
+    for own in ["10.2.0.2", "2001:db8:2::2"] {
+        let e = pod.set("net1", &[own]).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains(own) && text.contains("address of the pod itself"),
+            "{text}"
+        );
+        assert_eq!(cni::CniError::from(e).code, 7, "{text}");
+    }
+    assert_eq!(pod.ip_defaults("-4"), before4);
+    assert_eq!(pod.ip_defaults("-6"), before6);
+}
+
+#[test]
 fn an_unknown_interface_and_paths_that_are_not_a_netns_are_clear_errors() {
     let pod = dual_stack_pod();
     let path = pod.ns.path();
