@@ -67,7 +67,6 @@ impl From<RuntimeConfigError> for cni::CniError {
     }
 }
 
-/// The capability arguments for one attachment (the `runtimeConfig` keys of CONVENTIONS.md):
 /// The burst the kubelet gives a bandwidth limit of its own (`math.MaxInt32` bits: no limit to
 /// speak of), given to a rate the element sets without one. Multi-net spec §4.1.2.1.8: "choose
 /// reasonable default values for ingressBurst and egressBurst as some bandwidth management plugins
@@ -88,7 +87,9 @@ fn with_default_bursts(bw: &Bandwidth) -> Bandwidth {
     }
 }
 
-/// `ips`, `mac`, `portMappings`, `bandwidth`, `infinibandGUID` from the element; `deviceID` from
+/// The capability arguments for one attachment (the `runtimeConfig` keys of CONVENTIONS.md):
+/// `ips`, `mac`, `portMappings`, `bandwidth` (a rate without its burst gets
+/// [`DEFAULT_BANDWIDTH_BURST`]), `infinibandGUID` from the element; `deviceID` from
 /// `device_id` (found through the NAD's resource) or else the element's `deviceID` (Multus gives
 /// the resource's ID precedence); `CNIDeviceInfoFile` when a path is given (device-info §5.1.1).
 pub fn capability_args(
