@@ -234,9 +234,12 @@ impl ResultCache {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(io_err("cannot list", &dir, e)),
         };
+        // A temporary file of `stage` holds an entry too, when its writer was killed before the
+        // rename: it is not an attachment (the entry is the file of its own name, or none).
         let mut names: Vec<String> = entries
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|name| !is_staged_name(name))
             .collect();
         names.sort();
         let mut out = Vec::new();
@@ -620,6 +623,12 @@ mod tests {
         other.container_id = "other".into();
         cache.write(&other).unwrap();
         fs::write(cache.results_dir().join("junk-other-x"), b"nope").unwrap();
+        // A writer killed before its rename left a full entry under a temporary name.
+        fs::copy(
+            cache.results_dir().join("fixture-net-other-eth0"),
+            cache.results_dir().join(".fixture-net-other-eth0.tmp4242"),
+        )
+        .unwrap();
         assert_eq!(cache.list(None).unwrap().len(), 2);
         let mine = cache.list(Some("other")).unwrap();
         assert_eq!(mine.len(), 1);

@@ -313,9 +313,18 @@ impl RawExec {
         let mut written = 0;
         let mut buf = vec![0u8; 64 << 10];
         // When the plugin itself exited while a process it started still holds its output open.
+        // Checked every EXIT_CHECK, however busy the pipes: a leftover process that keeps
+        // writing must not hide the plugin's exit until the deadline.
         let mut exited_at: Option<Instant> = None;
+        let mut next_exit_check = Instant::now() + EXIT_CHECK;
         while pipe_in.is_some() || pipe_out.is_some() || pipe_err.is_some() {
             let now = Instant::now();
+            if exited_at.is_none() && now >= next_exit_check {
+                next_exit_check = now + EXIT_CHECK;
+                if matches!(child.try_wait(), Ok(Some(_))) {
+                    exited_at = Some(now);
+                }
+            }
             let left = deadline.saturating_duration_since(now);
             if exited_at.is_some_and(|t| now - t >= LEFT_BEHIND_GRACE) {
                 // What it printed before exiting is all there is.
@@ -347,11 +356,6 @@ impl RawExec {
                     &mut fds,
                     PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
                 ) {
-                    Ok(0) => {
-                        if exited_at.is_none() && matches!(child.try_wait(), Ok(Some(_))) {
-                            exited_at = Some(Instant::now());
-                        }
-                    }
                     Ok(_) | Err(Errno::EINTR) => {}
                     Err(e) => return Err(Communication::Io(io::Error::from(e))),
                 }
@@ -749,6 +753,26 @@ mod tests {
         let out = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap();
         assert_eq!(out.stdout, b"{\"ok\":1}\n");
         assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn a_leftover_child_that_keeps_writing_does_not_hide_the_plugins_exit() {
+        let d = tempfile::tempdir().unwrap();
+        // It writes to the inherited stderr more often than the exit is checked for.
+        let p = script(
+            d.path(),
+            "chatty-daemon",
+            "(i=0; while [ $i -lt 200 ]; do echo x >&2; sleep 0.02; i=$((i+1)); done) & \
+             echo '{\"ok\":1}'",
+        );
+        let x = RawExec {
+            timeout: Duration::from_secs(3),
+            ..RawExec::default()
+        };
+        let t = Instant::now();
+        let out = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap();
+        assert_eq!(out.stdout, b"{\"ok\":1}\n");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     }
 
     #[test]
