@@ -370,6 +370,19 @@ impl Executor<'_> {
         let Some(record) = self.records.load(&sandbox.container_id)? else {
             return Ok(false);
         };
+        self.del_recorded(sandbox, netns, &record)?;
+        // The record goes last, once everything was undone.
+        self.records.remove(&record.container_id)?;
+        Ok(true)
+    }
+
+    /// DEL of every attachment of `record`, the sandbox's record as it is on disk.
+    fn del_recorded(
+        &self,
+        sandbox: &Sandbox,
+        netns: &str,
+        record: &Record,
+    ) -> Result<(), CniError> {
         // The record's CNI_ARGS are what ADD gave the delegates; DEL gives them the same.
         let sandbox = Sandbox {
             cni_args: record.cni_args.clone(),
@@ -382,8 +395,8 @@ impl Executor<'_> {
         } else {
             netns
         };
-        self.del_record(&sandbox, netns, &record, Some(&record), &|_| false)?;
-        Ok(true)
+        self.del_record(&sandbox, netns, record, Some(record), &|_| false)
+            .map(drop)
     }
 
     /// DEL of attachments planned now rather than recorded (DEL without a record). Returned as
@@ -446,10 +459,12 @@ impl Executor<'_> {
             .collect()
     }
 
-    /// DEL of every attachment of `record`, in reverse, then the record. An attachment's
-    /// device-info file goes once its delegates' DEL succeeded (a retried DEL gives them the
-    /// same file). A failed DEL of an attachment that `tolerated` accepts is returned as a
-    /// warning rather than an error, and its file deleted all the same.
+    /// DEL of every attachment of `record`, in reverse. An attachment's device-info file goes
+    /// once its delegates' DEL succeeded (a retried DEL gives them the same file). A failed DEL
+    /// of an attachment that `tolerated` accepts is returned as a warning rather than an error,
+    /// and its file deleted all the same. On failure the record on disk keeps what is left
+    /// ([`Executor::keep_what_is_left`]); on success the caller decides what becomes of it
+    /// (removed by DEL, left naming nothing by a rollback).
     fn del_record(
         &self,
         sandbox: &Sandbox,
@@ -494,17 +509,15 @@ impl Executor<'_> {
         if let Err(e) = errors.into_result() {
             return Err(self.keep_what_is_left(record, on_disk, &left, e));
         }
-        self.records.remove(&record.container_id)?;
         Ok(warnings)
     }
 
     /// Undoes a whole ADD that succeeded but must not stand (the pod's status could not be
     /// written): DEL of every attachment, then [`Executor::nothing_left_to_undo`].
     pub fn undo(&self, sandbox: &Sandbox) -> Result<(), CniError> {
-        let record = self.records.load(&sandbox.container_id)?;
-        self.del(sandbox, &sandbox.netns)?;
-        if let Some(r) = record {
-            self.nothing_left_to_undo(&r);
+        if let Some(record) = self.records.load(&sandbox.container_id)? {
+            self.del_recorded(sandbox, &sandbox.netns, &record)?;
+            self.nothing_left_to_undo(&record);
         }
         Ok(())
     }
@@ -513,7 +526,8 @@ impl Executor<'_> {
     /// runtime sends after a failed ADD (CNI spec) has nothing to do, rather than planning the
     /// pod's networks from the API again and repeating every DEL (which a plugin that does not
     /// tolerate a second DEL, such as host-device, fails while the netns lives). DEL and GC
-    /// remove it. Durable like every record (a file half-written at a power loss would read as
+    /// remove it. It replaces the full record in one rename, so there is no moment without a
+    /// record. Durable like every record (a file half-written at a power loss would read as
     /// corrupt and fail every DEL); best effort, since without it DEL plans from the API.
     fn nothing_left_to_undo(&self, record: &Record) {
         let _ = self.records.save(&Record {

@@ -253,14 +253,10 @@ impl Planner<'_> {
             .into_iter()
             .filter_map(|(k, set)| set.then_some(k))
             .collect();
-            let mut unknown: Vec<&str> = element.unknown_keys().collect();
-            if !unknown.is_empty() {
-                unknown.sort_unstable();
-                self.out.warnings.push(format!(
-                    "annotation {DEFAULT_NETWORK_ANNOTATION:?}: selection keys {unknown:?} are \
-                     not part of the specification and are ignored"
-                ));
-            }
+            self.warn_unknown_keys(
+                &format!("annotation {DEFAULT_NETWORK_ANNOTATION:?}"),
+                element,
+            );
             if !ignored.is_empty() {
                 self.out.warnings.push(format!(
                     "annotation {DEFAULT_NETWORK_ANNOTATION:?}: keys {ignored:?} are ignored for \
@@ -330,14 +326,7 @@ impl Planner<'_> {
                 .interface
                 .clone()
                 .unwrap_or_else(|| self.next_ifname());
-            let mut unknown: Vec<&str> = element.unknown_keys().collect();
-            if !unknown.is_empty() {
-                unknown.sort_unstable();
-                self.out.warnings.push(format!(
-                    "network {network}: selection keys {unknown:?} are not part of the \
-                     specification and are ignored"
-                ));
-            }
+            self.warn_unknown_keys(&format!("network {network}"), element);
             // The resource's device wins over one the element names (as in Multus).
             let device = device.or_else(|| {
                 element
@@ -380,15 +369,33 @@ impl Planner<'_> {
         )))
     }
 
+    /// Warns of the selection keys of `element` that the specification does not define (they
+    /// are ignored); `what` says where the element comes from.
+    fn warn_unknown_keys(&mut self, what: &str, element: &NetworkSelectionElement) {
+        let mut unknown: Vec<&str> = element.unknown_keys().collect();
+        if !unknown.is_empty() {
+            unknown.sort_unstable();
+            self.out.warnings.push(format!(
+                "{what}: selection keys {unknown:?} are not part of the specification and are \
+                 ignored"
+            ));
+        }
+    }
+
+    /// For errors about a NAD: the pod that selected it, if there is one.
+    fn selected_by(&self) -> String {
+        self.pod
+            .map(|p| format!(" (selected by pod {}/{})", p.namespace, p.name))
+            .unwrap_or_default()
+    }
+
     /// The configuration of NAD `r` (multi-net spec §3.4.1): `spec.config`, else a file on
     /// disk named like it, else the request fails.
     fn nad_network(&mut self, r: &NetworkRef) -> Result<Resolved, CniError> {
         let nad = self.networks.nad(r)?.ok_or_else(|| {
             invalid(format!(
                 "network-attachment-definition {r} not found{}",
-                self.pod
-                    .map(|p| format!(" (selected by pod {}/{})", p.namespace, p.name))
-                    .unwrap_or_default()
+                self.selected_by()
             ))
         })?;
         self.nad_config(r, &nad)
@@ -402,10 +409,7 @@ impl Planner<'_> {
         let list = match nad.cni_config()? {
             NadConfig::Inline(list) => list,
             NadConfig::OnDisk { name } => {
-                let selected_by = self
-                    .pod
-                    .map(|p| format!(" (selected by pod {}/{})", p.namespace, p.name))
-                    .unwrap_or_default();
+                let selected_by = self.selected_by();
                 self.networks
                     .conf_by_name(&name)
                     .map_err(|e| {

@@ -243,12 +243,12 @@ impl Call {
 /// be listed) and why.
 type Unreadable = (Option<String>, CniError);
 
-/// The records of every sandbox plumb holds, and those that could not be read.
 /// How old a temporary file of [`cni::cache::stage`] must be for GC to remove it: far above
 /// any CNI call's length (the runtime gives up on a call after a few minutes at most), so a
 /// live writer's file is never taken.
 const STAGED_FILE_MAX_AGE: Duration = Duration::from_secs(3600);
 
+/// The records of every sandbox plumb holds, and those that could not be read.
 fn recorded_sandboxes(call: &Call) -> (Vec<Record>, Vec<Unreadable>) {
     let (mut records, mut unreadable) = (Vec::new(), Vec::new());
     match call.records.list() {
@@ -282,8 +282,10 @@ fn attachments_in_use(
         .collect();
     for r in records {
         for a in &r.attachments {
-            if let Ok(l) = crate::execute::recorded_list(a) {
-                in_use.insert((l.name, r.container_id.clone(), a.ifname.clone()));
+            // The list's name, as `recorded_list` would read it (no need to parse it all again:
+            // `known_networks` already did, and left out what it could not read).
+            if let Some(name) = a.config.get("name").and_then(serde_json::Value::as_str) {
+                in_use.insert((name.to_string(), r.container_id.clone(), a.ifname.clone()));
             }
         }
     }

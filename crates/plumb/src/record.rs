@@ -8,8 +8,8 @@
 //! point leaves a record that names every delegate that may have done something (DEL of an
 //! attachment that never ran is harmless: DEL is idempotent). A DEL, or a rollback, that undoes
 //! only part of it rewrites it with what is left; a failed ADD wholly undone leaves it naming
-//! nothing, so the runtime's DEL after it has nothing to do. DEL reads it, so it needs neither the pod, the
-//! NADs nor the API server. The file carries a format `version`; an unreadable or
+//! nothing, so the runtime's DEL after it has nothing to do. DEL reads it, so it needs neither
+//! the pod, the NADs nor the API server. The file carries a format `version`; an unreadable or
 //! corrupt record is an error that says so, never a silent "nothing to delete" (Multus issue
 //! #1087: a corrupt cache after a reboot leaked every IP of the pod).
 
