@@ -62,15 +62,16 @@ pub trait Plugin {
 }
 
 /// Which variables a command requires (Go `pkg/skel`; spec §2 "Parameters"). `CNI_NETNS` is
-/// optional for DEL: a runtime deletes after the namespace is gone.
+/// optional for DEL: a runtime deletes after the namespace is gone. `CNI_PATH` is optional for
+/// STATUS (spec §2 `STATUS`, "Optional environment parameters"): a runtime may probe without it.
 fn required_vars(command: Command) -> &'static [&'static str] {
     match command {
         Command::Add | Command::Check => {
             &["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"]
         }
         Command::Del => &["CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"],
-        Command::Gc | Command::Status => &["CNI_PATH"],
-        Command::Version => &[],
+        Command::Gc => &["CNI_PATH"],
+        Command::Status | Command::Version => &[],
     }
 }
 

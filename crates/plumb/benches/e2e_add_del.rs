@@ -1,19 +1,22 @@
 //! End-to-end benchmark (not a test): ADD+DEL of a pod on three networks (default bridge +
 //! host-local, a second bridge, a macvlan) through the `plumb` binary, with the API stand-in
 //! serving the pod and NADs, against running the same three delegates directly (as a runtime
-//! would without plumb), interleaved in one run on the same machine. Also: `CNI_COMMAND=VERSION`
-//! of plumb against the reference bridge plugin's, plumb's peak RSS during one ADD (from its own
-//! debug log), and the size of `target/release/plumb` when it has been built.
+//! would without plumb), interleaved in one run on the same machine. Twice: each pod in a netns
+//! of its own, made just before its ADD and deleted after its DEL, as a runtime gives one to
+//! every sandbox (the headline); then one netns for the whole run, where the kernel has no
+//! deleted netns to clean up meanwhile (see `measure`). Also: `CNI_COMMAND=VERSION` of plumb
+//! against the reference bridge plugin's, plumb's peak RSS during one ADD (from its own debug
+//! log), and the size of `target/release/plumb` without its symbols.
 //!
 //! Prints the medians and ratios and writes them as JSON to `target/bench-e2e.json`.
 //! Needs root and Debian's containernetworking-plugins; skips (exit 0) otherwise.
-//! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N, default 300; PAUSE_MS, an
-//! untimed pause before each ADD and each DEL, default 0; API_LATENCY_US, added to every answer
-//! of the API stand-in, default 0). A DEL's time is mostly the kernel's
-//! (`rcu_barrier` when a link goes: 15–25 ms per delegate) and varies a lot: half of the
-//! iterations' ratios lie outside about 0.96–1.16, and the median of 100 iterations moved by
-//! ±2.5% from one run to the next. Hence 300 (about a minute), and a bootstrap interval printed
-//! with the median so that a reader sees how far it can be trusted.
+//! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N per run, default 300; PAUSE_MS,
+//! an untimed pause before each ADD and each DEL, default 0; API_LATENCY_US, added to every
+//! answer of the API stand-in, default 0). A DEL's time is mostly the kernel's
+//! (`rcu_barrier` when a link goes: about 10 ms per delegate) and varies a lot: a quarter of the
+//! iterations' ratios lie below 0.95 and a quarter above 1.15. Hence 300 iterations (about a
+//! minute per run), and a bootstrap interval printed with each median so that a reader sees how
+//! far it can be trusted.
 //!
 //! For profiling, `HOLD=SECONDS` sets everything up, writes `target/bench-e2e-hold.sh` (N=20
 //! ADD+DEL pairs of the pod through plumb, or through `$PLUMB` when set), and keeps the API
@@ -239,66 +242,15 @@ fn main() {
     plumb("DEL", "warm", &warm_path, &quiet);
     let _ = direct.add_del("warm-direct", &warm_path, Duration::ZERO);
 
-    let (mut through, mut straight) = (Vec::new(), Vec::new());
-    // ADD and DEL apart too, to tell where plumb's overhead lies.
-    let (mut p_add, mut p_del, mut d_add, mut d_del) = (vec![], vec![], vec![], vec![]);
-    for i in 0..iterations {
-        let ns = Netns::new();
-        let netns = ns.path().display().to_string();
-        let mut time_plumb = || {
-            std::thread::sleep(pause);
-            let cid = format!("bench-p{i}");
-            let t = Instant::now();
-            plumb("ADD", &cid, &netns, &quiet);
-            let add = t.elapsed();
-            std::thread::sleep(pause);
-            let t = Instant::now();
-            plumb("DEL", &cid, &netns, &quiet);
-            let del = t.elapsed();
-            through.push(add + del);
-            p_add.push(add);
-            p_del.push(del);
-        };
-        let mut time_direct = |netns: &str| {
-            std::thread::sleep(pause);
-            let (add, del) = direct.add_del(&format!("bench-d{i}"), netns, pause);
-            straight.push(add + del);
-            d_add.push(add);
-            d_del.push(del);
-        };
-        // Alternate which goes first, so drift on a shared machine hits both alike.
-        if i % 2 == 0 {
-            time_plumb();
-            time_direct(&netns);
-        } else {
-            time_direct(&netns);
-            time_plumb();
-        }
-    }
-    // The median of each iteration's own ratio: the two runs of an iteration share the
-    // machine's load of that moment, so this is the figure the goal is read from. The ratio of
-    // the two medians is printed too.
-    let mut paired: Vec<f64> = through
-        .iter()
-        .zip(&straight)
-        .map(|(p, d)| p.as_secs_f64() / d.as_secs_f64())
-        .collect();
-    paired.sort_by(f64::total_cmp);
-    let paired_ratio = paired[paired.len() / 2];
-    // How widely the iterations' ratios spread: the quartiles.
-    let (q1, q3) = (paired[paired.len() / 4], paired[paired.len() * 3 / 4]);
-    // How far the median itself can be trusted: a 95% bootstrap interval.
-    let (ci_lo, ci_hi) = median_interval(&paired);
-    // Every iteration's times, in order, for a closer look (ms).
-    let samples = json!({
-        "plumb_add": p_add.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
-        "plumb_del": p_del.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
-        "direct_add": d_add.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
-        "direct_del": d_del.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
-    });
-    let (p, d) = (median(&mut through), median(&mut straight));
-    let (pa, pd) = (median(&mut p_add), median(&mut p_del));
-    let (da, dd) = (median(&mut d_add), median(&mut d_del));
+    // Each pod in a netns of its own, as a runtime gives one to every sandbox (the headline);
+    // then one netns for the whole run, which leaves the kernel no netns to clean up meanwhile.
+    let quietly = |command: &str, cid: &str, netns: &str| {
+        plumb(command, cid, netns, &quiet);
+    };
+    let per_pod = measure(iterations, pause, None, &quietly, &direct);
+    let shared_ns = Netns::new();
+    let shared = measure(iterations, pause, Some(&shared_ns), &quietly, &direct);
+    drop(shared_ns);
 
     // VERSION: plumb's start-up against a Go plugin's.
     let version = |bin: &str| {
@@ -373,7 +325,7 @@ fn main() {
     };
 
     let release: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/plumb");
-    let size = std::fs::metadata(&release).map(|m| m.len()).ok();
+    let size = stripped_size(&release, dir.path());
 
     println!(
         "e2e_add_del: {iterations} interleaved iterations of ADD+DEL of a pod on 3 networks \
@@ -381,25 +333,8 @@ fn main() {
         ms(pause),
         ms(latency)
     );
-    println!("  through plumb     median {:>8.2} ms", ms(p));
-    println!("  delegates direct  median {:>8.2} ms", ms(d));
-    println!(
-        "  median ratio plumb/direct of the iterations {paired_ratio:.3} (95% interval {ci_lo:.3} \
-         to {ci_hi:.3}; the iterations' quartiles {q1:.3}, {q3:.3})"
-    );
-    println!(
-        "  ratio of the medians     {:.3}",
-        p.as_secs_f64() / d.as_secs_f64()
-    );
-    println!(
-        "  ADD alone {:.2} ms vs {:.2} ms ({:.3}); DEL alone {:.2} ms vs {:.2} ms ({:.3})",
-        ms(pa),
-        ms(da),
-        pa.as_secs_f64() / da.as_secs_f64(),
-        ms(pd),
-        ms(dd),
-        pd.as_secs_f64() / dd.as_secs_f64()
-    );
+    per_pod.print("each pod in its own netns, as a runtime does");
+    shared.print("one netns for the whole run (no netns clean-up in the kernel meanwhile)");
     println!(
         "  VERSION plumb {:.2} ms, bridge {:.2} ms, ratio {:.3}",
         ms(vp),
@@ -409,35 +344,197 @@ fn main() {
     println!("  peak RSS of plumb during one ADD: {rss_kib} KiB");
     println!("  an ADD as plumb's debug log splits it (medians): {timings}");
     match size {
-        Some(s) => println!("  target/release/plumb: {s} bytes"),
-        None => println!("  target/release/plumb: not built (cargo build --release -p plumb)"),
+        Some(s) => println!("  target/release/plumb without its symbols: {s} bytes"),
+        None => println!("  target/release/plumb: not built, or no `strip` to measure it"),
     }
     let report = json!({
         "iterations": iterations,
-        "plumb_add_del_median_ms": ms(p),
-        "direct_add_del_median_ms": ms(d),
-        "median_paired_ratio": paired_ratio,
-        "paired_ratio_quartiles": [q1, q3],
-        "median_paired_ratio_interval95": [ci_lo, ci_hi],
+        "per_pod_netns": per_pod.json(),
+        "shared_netns": shared.json(),
+        "median_paired_ratio": per_pod.paired_ratio(),
+        "median_paired_ratio_interval95": per_pod.interval(),
         "pause_ms": ms(pause),
         "api_latency_ms": ms(latency),
-        "ratio_of_medians": p.as_secs_f64() / d.as_secs_f64(),
-        "plumb_add_median_ms": ms(pa),
-        "direct_add_median_ms": ms(da),
-        "plumb_del_median_ms": ms(pd),
-        "direct_del_median_ms": ms(dd),
         "version_plumb_median_ms": ms(vp),
         "version_bridge_median_ms": ms(vb),
         "version_ratio": vp.as_secs_f64() / vb.as_secs_f64(),
         "plumb_add_peak_rss_kib": rss_kib,
         "plumb_add_split_medians": timings,
         "release_binary_bytes": size,
-        "samples_ms": samples,
     });
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-e2e.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&report).unwrap()).unwrap();
     println!("  written to {}", path.display());
     drop(cleanup);
+}
+
+/// The size of `binary` without its symbols, as the release profile ships it (`strip =
+/// "symbols"`): the bench profile, which builds the same path, keeps them for `perf`. Measured
+/// on a stripped copy in `scratch`; `None` when the binary or `strip` is missing.
+fn stripped_size(binary: &Path, scratch: &Path) -> Option<u64> {
+    let copy = scratch.join("plumb-stripped");
+    let stripped = Command::new("strip")
+        .arg("-o")
+        .arg(&copy)
+        .arg(binary)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    stripped.then(|| std::fs::metadata(&copy).ok().map(|m| m.len()))?
+}
+
+/// The times of one interleaved run: each iteration runs the pod through plumb and directly,
+/// in alternating order.
+struct Samples {
+    /// Each iteration's ADD and DEL, through plumb and directly.
+    plumb_add: Vec<Duration>,
+    plumb_del: Vec<Duration>,
+    direct_add: Vec<Duration>,
+    direct_del: Vec<Duration>,
+}
+
+/// `iterations` interleaved ADD+DEL of the pod through plumb and directly. With `shared`, every
+/// run uses that netns; without, each run gets a netns of its own, made just before its ADD and
+/// deleted just after its DEL (untimed), as a runtime makes one per sandbox. Every run is then
+/// preceded alike by the deletion of the one before: the kernel cleans a deleted netns up
+/// asynchronously, and whichever call follows shares its locks (`rcu_barrier`). When runs of an
+/// iteration shared one netns deleted after both, the first run of each iteration paid for the
+/// previous deletion and the second did not, and the ratios fell in two clusters by order
+/// (1.14 with plumb first, 1.03 with plumb second, over 1000 iterations).
+fn measure(
+    iterations: usize,
+    pause: Duration,
+    shared: Option<&Netns>,
+    plumb: &dyn Fn(&str, &str, &str),
+    direct: &Delegates,
+) -> Samples {
+    let mut s = Samples {
+        plumb_add: vec![],
+        plumb_del: vec![],
+        direct_add: vec![],
+        direct_del: vec![],
+    };
+    let tag = if shared.is_some() { "s" } else { "p" };
+    for i in 0..iterations {
+        for through_plumb in [i % 2 == 0, i % 2 == 1] {
+            let own = shared.is_none().then(Netns::new);
+            let netns = own
+                .as_ref()
+                .or(shared)
+                .unwrap()
+                .path()
+                .display()
+                .to_string();
+            std::thread::sleep(pause);
+            if through_plumb {
+                let cid = format!("bench-{tag}p{i}");
+                let t = Instant::now();
+                plumb("ADD", &cid, &netns);
+                s.plumb_add.push(t.elapsed());
+                std::thread::sleep(pause);
+                let t = Instant::now();
+                plumb("DEL", &cid, &netns);
+                s.plumb_del.push(t.elapsed());
+            } else {
+                let (add, del) = direct.add_del(&format!("bench-{tag}d{i}"), &netns, pause);
+                s.direct_add.push(add);
+                s.direct_del.push(del);
+            }
+        }
+    }
+    s
+}
+
+fn total(add: &[Duration], del: &[Duration]) -> Vec<Duration> {
+    add.iter().zip(del).map(|(a, d)| *a + *d).collect()
+}
+
+impl Samples {
+    /// Each iteration's own ratio, plumb over direct, of iterations `i % 2 == parity` (or all).
+    fn ratios(&self, parity: Option<usize>) -> Vec<f64> {
+        let p = total(&self.plumb_add, &self.plumb_del);
+        let d = total(&self.direct_add, &self.direct_del);
+        let mut r: Vec<f64> = (0..p.len())
+            .filter(|i| parity.is_none_or(|k| i % 2 == k))
+            .map(|i| p[i].as_secs_f64() / d[i].as_secs_f64())
+            .collect();
+        r.sort_by(f64::total_cmp);
+        r
+    }
+
+    /// The median of the iterations' ratios: the two runs of an iteration share the machine's
+    /// load of that moment, so this is the figure the goal is read from.
+    fn paired_ratio(&self) -> f64 {
+        let r = self.ratios(None);
+        r[r.len() / 2]
+    }
+
+    /// How far the median can be trusted: a 95% bootstrap interval.
+    fn interval(&self) -> [f64; 2] {
+        let (lo, hi) = median_interval(&self.ratios(None));
+        [lo, hi]
+    }
+
+    fn medians(&self) -> [f64; 6] {
+        let m = |v: &[Duration]| ms(median(&mut v.to_vec()));
+        [
+            m(&total(&self.plumb_add, &self.plumb_del)),
+            m(&total(&self.direct_add, &self.direct_del)),
+            m(&self.plumb_add),
+            m(&self.direct_add),
+            m(&self.plumb_del),
+            m(&self.direct_del),
+        ]
+    }
+
+    fn print(&self, what: &str) {
+        let [p, d, pa, da, pd, dd] = self.medians();
+        let r = self.ratios(None);
+        let [lo, hi] = self.interval();
+        let (first, second) = (self.ratios(Some(0)), self.ratios(Some(1)));
+        println!("  {what}:");
+        println!("    through plumb median {p:.2} ms, delegates direct median {d:.2} ms");
+        println!(
+            "    median ratio plumb/direct of the iterations {:.3} (95% interval {lo:.3} to \
+             {hi:.3}; the iterations' quartiles {:.3}, {:.3}); ratio of the medians {:.3}",
+            self.paired_ratio(),
+            r[r.len() / 4],
+            r[r.len() * 3 / 4],
+            p / d
+        );
+        println!(
+            "    ADD alone {pa:.2} ms vs {da:.2} ms ({:.3}); DEL alone {pd:.2} ms vs {dd:.2} ms \
+             ({:.3}); median ratio with plumb first {:.3}, second {:.3}",
+            pa / da,
+            pd / dd,
+            first[first.len() / 2],
+            second[second.len() / 2]
+        );
+    }
+
+    fn json(&self) -> Value {
+        let [p, d, pa, da, pd, dd] = self.medians();
+        let all = |v: &[Duration]| v.iter().map(|d| ms(*d)).collect::<Vec<_>>();
+        let r = self.ratios(None);
+        json!({
+            "median_paired_ratio": self.paired_ratio(),
+            "median_paired_ratio_interval95": self.interval(),
+            "paired_ratio_quartiles": [r[r.len() / 4], r[r.len() * 3 / 4]],
+            "ratio_of_medians": p / d,
+            "plumb_add_del_median_ms": p,
+            "direct_add_del_median_ms": d,
+            "plumb_add_median_ms": pa,
+            "direct_add_median_ms": da,
+            "plumb_del_median_ms": pd,
+            "direct_del_median_ms": dd,
+            "samples_ms": {
+                "plumb_add": all(&self.plumb_add),
+                "plumb_del": all(&self.plumb_del),
+                "direct_add": all(&self.direct_add),
+                "direct_del": all(&self.direct_del),
+            },
+        })
+    }
 }
 
 /// `HOLD=SECONDS`: a script that runs ADD+DEL of the bench pod through plumb, and the API

@@ -7,7 +7,7 @@ mod common;
 
 use std::fs;
 
-use common::{CniCall, Node, err, ok, run};
+use common::{CniCall, Node, err, ok, run, run_without};
 use serde_json::{Value, json};
 use testkit::netns::{Link, Netns, unique_name};
 
@@ -433,6 +433,18 @@ fn status_and_gc_reach_every_known_network() {
     ok(&call("STATUS", "", &config));
     assert_eq!(a.calls_of("STATUS").len(), 1);
     assert_eq!(b.calls_of("STATUS").len(), 1);
+    // CNI_PATH is optional for STATUS (CNI spec §2): the delegates are found in binDir.
+    let bare = CniCall {
+        command: "STATUS",
+        container_id: "",
+        netns: "",
+        ifname: "",
+        args: "",
+        config: &config,
+    };
+    ok(&run_without(&bare, &["CNI_PATH"]));
+    assert_eq!(a.calls_of("STATUS").len(), 2);
+    assert_eq!(b.calls_of("STATUS").len(), 2);
     b.fail("STATUS", 50, "daemon down");
     let e = err(&call("STATUS", "", &config));
     assert_eq!(e["code"], 50, "{e}");

@@ -58,11 +58,31 @@ pub struct IpConfig {
     pub gateway: Option<IpAddr>,
 }
 
+/// A gateway as Go's `net.IP` reads it, which libcni and the reference plugins use: absent,
+/// `null` or `""` is none (`net.IP.UnmarshalText` takes empty text as no address, and plugins
+/// not written in Go write `""` for "no gateway"); anything else must be an address.
+pub(crate) fn optional_ip<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<IpAddr>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(s) if s.is_empty() => Ok(None),
+        Some(s) => s
+            .parse()
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom(format!("invalid IP address {s:?}"))),
+    }
+}
+
 /// A route created by the attachment (spec §5 "routes"). The fields after `gw` are 1.1.0 ones.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Route {
     pub dst: IpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_ip"
+    )]
     pub gw: Option<IpAddr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,

@@ -204,10 +204,43 @@ fn bad_results_are_decode_or_version_errors() {
         ),
         (br#"{"cniVersion":"1.0.0","interfaces":[{"mac":"x"}]}"#, 6),
         (br#"{"cniVersion":"0.2.0","ip4":{"gateway":"10.0.0.1"}}"#, 6),
+        (
+            br#"{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/8","gateway":"x"}]}"#,
+            6,
+        ),
+        (
+            br#"{"cniVersion":"1.0.0","routes":[{"dst":"0.0.0.0/0","gw":7}]}"#,
+            6,
+        ),
     ];
     for (input, code) in cases {
         let e = CniResult::parse(input, Version::V1_0_0).unwrap_err();
         assert_eq!(e.code, *code, "{}: {e}", String::from_utf8_lossy(input));
+    }
+}
+
+#[test]
+fn an_empty_gateway_is_no_gateway_in_every_version() {
+    // Go's net.IP (libcni, the reference plugins) reads "" as no address; plugins not written
+    // in Go write it for "no gateway".
+    let cases = [
+        json!({"cniVersion": "0.2.0",
+               "ip4": {"ip": "10.0.0.2/8", "gateway": "", "routes": [{"dst": "0.0.0.0/0", "gw": ""}]}}),
+        json!({"cniVersion": "0.4.0",
+               "ips": [{"version": "4", "address": "10.0.0.2/8", "gateway": ""}],
+               "routes": [{"dst": "0.0.0.0/0", "gw": ""}]}),
+        json!({"cniVersion": "1.1.0",
+               "ips": [{"address": "10.0.0.2/8", "gateway": ""}],
+               "routes": [{"dst": "0.0.0.0/0", "gw": ""}]}),
+    ];
+    for input in cases {
+        let r = CniResult::parse(input.to_string().as_bytes(), Version::V1_1_0)
+            .unwrap_or_else(|e| panic!("{input}: {e}"));
+        assert_eq!(r.ips[0].gateway, None, "{input}");
+        assert_eq!(r.routes[0].gw, None, "{input}");
+        // Written back without the empty gateway, as libcni would.
+        let out = r.to_value().unwrap().to_string();
+        assert!(!out.contains("gateway") && !out.contains("gw"), "{out}");
     }
 }
 

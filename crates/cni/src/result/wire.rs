@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{CniResult, Dns, Interface, IpConfig, IpNet, Route};
+use super::{CniResult, Dns, Interface, IpConfig, IpNet, Route, optional_ip};
 use crate::version::Version;
 
 fn dns_is_empty(d: &Dns) -> bool {
@@ -34,7 +34,11 @@ pub(super) struct Result020 {
 #[derive(Serialize, Deserialize)]
 struct IpConfig020 {
     ip: IpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_ip"
+    )]
     gateway: Option<IpAddr>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     routes: Vec<Route020>,
@@ -43,7 +47,11 @@ struct IpConfig020 {
 #[derive(Serialize, Deserialize)]
 struct Route020 {
     dst: IpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_ip"
+    )]
     gw: Option<IpAddr>,
 }
 
@@ -129,7 +137,11 @@ struct IpConfig040 {
     )]
     interface: Option<usize>,
     address: IpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_ip"
+    )]
     gateway: Option<IpAddr>,
 }
 
@@ -224,7 +236,11 @@ struct IpConfig100 {
     )]
     interface: Option<usize>,
     address: IpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_ip"
+    )]
     gateway: Option<IpAddr>,
 }
 

@@ -128,7 +128,6 @@ fn missing_variables_are_named_and_the_plugin_never_runs() {
         ("DEL", "CNI_CONTAINERID"),
         ("DEL", "CNI_IFNAME"),
         ("GC", "CNI_PATH"),
-        ("STATUS", "CNI_PATH"),
     ] {
         let p = Recorder::default();
         let mut e = env(command);
@@ -164,6 +163,17 @@ fn gc_and_status_need_neither_container_nor_interface() {
         assert_eq!((code, out.as_str()), (0, ""), "{command}");
         assert_eq!(p.calls.borrow().len(), 1);
     }
+}
+
+#[test]
+fn status_runs_without_cni_path() {
+    // Spec §2 `STATUS`: `CNI_PATH` is an optional parameter there, unlike GC's.
+    let p = Recorder::default();
+    let mut e = HashMap::new();
+    e.insert("CNI_COMMAND", "STATUS".to_string());
+    let (code, out) = call(&p, &e, &config("1.1.0"));
+    assert_eq!((code, out.as_str()), (0, ""));
+    assert!(p.calls.borrow()[0].1.path.is_empty());
 }
 
 #[test]

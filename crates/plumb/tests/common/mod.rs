@@ -127,7 +127,13 @@ pub struct CniCall<'a> {
 }
 
 pub fn run(call: &CniCall<'_>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_plumb"))
+    run_without(call, &[])
+}
+
+/// [`run`], with the variables `unset` left out of plumb's environment.
+pub fn run_without(call: &CniCall<'_>, unset: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_plumb"));
+    command
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("CNI_COMMAND", call.command)
@@ -135,7 +141,11 @@ pub fn run(call: &CniCall<'_>) -> Output {
         .env("CNI_NETNS", call.netns)
         .env("CNI_IFNAME", call.ifname)
         .env("CNI_ARGS", call.args)
-        .env("CNI_PATH", PLUGINS)
+        .env("CNI_PATH", PLUGINS);
+    for var in unset {
+        command.env_remove(var);
+    }
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
