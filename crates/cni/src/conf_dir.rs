@@ -35,7 +35,7 @@ pub fn conf_files(dir: &Path, extensions: &[&str]) -> Result<Vec<PathBuf>, CniEr
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p.is_file())
+        .filter(|p| may_be_conf_file(p))
         .filter(|p| {
             p.extension()
                 .and_then(|e| e.to_str())
@@ -44,6 +44,17 @@ pub fn conf_files(dir: &Path, extensions: &[&str]) -> Result<Vec<PathBuf>, CniEr
         .collect();
     files.sort();
     Ok(files)
+}
+
+/// Whether a directory entry is listed as a configuration file. libcni's `ConfFiles` leaves out
+/// only directories, so a dangling or unreadable symlink is listed and its read error reported:
+/// it must not vanish from the search, nor let the next file pass as the first. Directories (also
+/// behind a symlink), FIFOs, sockets and devices are left out; reading a FIFO could block.
+fn may_be_conf_file(path: &Path) -> bool {
+    match fs::metadata(path) {
+        Ok(m) => m.is_file(),
+        Err(_) => true,
+    }
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, CniError> {
@@ -240,5 +251,31 @@ mod tests {
         fs::remove_dir_all(d.path().join("net")).unwrap();
         let e = load_network(d.path(), "net").unwrap_err();
         assert!(e.msg.contains("no plugin configurations"), "{e}");
+    }
+
+    #[test]
+    fn a_dangling_symlink_is_a_broken_file_not_an_absent_one() {
+        // libcni `ConfFiles` skips only directories: a dangling `*.conflist` symlink is listed and
+        // its read error reported. It must not vanish, nor let the next file be taken as "first".
+        let d = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(d.path().join("gone"), d.path().join("05-a.conflist")).unwrap();
+        write(
+            d.path(),
+            "10-b.conflist",
+            r#"{"name":"b","cniVersion":"1.0.0","plugins":[{"type":"p"}]}"#,
+        );
+        let files = conf_files(d.path(), &["conflist"]).unwrap();
+        assert_eq!(files.first(), Some(&d.path().join("05-a.conflist")));
+        let e = find_network(d.path(), "a").unwrap_err();
+        assert!(e.msg.contains("05-a.conflist"), "{e}");
+        assert!(load_network(d.path(), "b").is_ok());
+        // Directories, also behind a symlink, are still not configuration files.
+        fs::create_dir(d.path().join("sub.conflist")).unwrap();
+        std::os::unix::fs::symlink(
+            d.path().join("sub.conflist"),
+            d.path().join("link.conflist"),
+        )
+        .unwrap();
+        assert_eq!(conf_files(d.path(), &["conflist"]).unwrap().len(), 2);
     }
 }
