@@ -7,6 +7,7 @@
 //!   directory named after the network are appended to the list (spec §1 `plugins`).
 //! - Unlike libcni, a broken file does not stop the search for another network: it is skipped,
 //!   and named in the "not found" error, so one bad file on a node does not break every network.
+//!   A broken file that declares the network's own `name` does stop it, with its error.
 
 use std::fs;
 use std::io;
@@ -94,19 +95,32 @@ pub fn load_file(path: &Path) -> Result<NetworkConfigList, CniError> {
 /// The networks found in a directory, each with its file, in search order.
 pub type Found = Vec<(PathBuf, NetworkConfigList)>;
 
-/// Every network in `dir`, in search order, plus the errors of files that could not be loaded.
-pub fn load_all(dir: &Path) -> Result<(Found, Vec<CniError>), CniError> {
+/// The files searched, in libcni's order: `.conflist` files, then `.conf` and `.json` files, each
+/// group by file name.
+fn search_order(dir: &Path) -> Result<Vec<PathBuf>, CniError> {
     let mut files = conf_files(dir, &["conflist"])?;
     files.extend(conf_files(dir, &["conf", "json"])?);
+    Ok(files)
+}
+
+/// Every network in `dir`, in search order, plus the errors of files that could not be loaded.
+pub fn load_all(dir: &Path) -> Result<(Found, Vec<CniError>), CniError> {
     let mut found = Vec::new();
     let mut broken = Vec::new();
-    for f in files {
+    for f in search_order(dir)? {
         match load_file(&f) {
             Ok(l) => found.push((f, l)),
             Err(e) => broken.push(e),
         }
     }
     Ok((found, broken))
+}
+
+/// The `name` a file declares, if it is a JSON object with a string `name`, however broken the
+/// rest of it is.
+fn declared_name(path: &Path) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(path).ok()?).ok()?;
+    v.get("name")?.as_str().map(str::to_string)
 }
 
 /// The network called `name` in `dir`.
@@ -122,12 +136,20 @@ pub fn load_network(dir: &Path, name: &str) -> Result<NetworkConfigList, CniErro
     })
 }
 
-/// The network called `name` in `dir`, `Ok(None)` when there is none. Not finding it while some
-/// files could not be read is an error naming them: one of them may be the network meant.
+/// The network called `name` in `dir`, `Ok(None)` when there is none. A file declaring `name`
+/// that cannot be loaded is its error. Not finding it while some files could not be read is an
+/// error naming them: one of them may be the network meant.
 pub fn find_network(dir: &Path, name: &str) -> Result<Option<NetworkConfigList>, CniError> {
-    let (found, broken) = load_all(dir)?;
-    if let Some((_, l)) = found.into_iter().find(|(_, l)| l.name == name) {
-        return Ok(Some(l));
+    let mut broken = Vec::new();
+    for f in search_order(dir)? {
+        match load_file(&f) {
+            Ok(l) if l.name == name => return Ok(Some(l)),
+            Ok(_) => {}
+            // A broken file of this very network ends the search, as any broken file does in
+            // libcni (`LoadConfList`): a later file of the same name must not silently stand in.
+            Err(e) if declared_name(&f).as_deref() == Some(name) => return Err(e),
+            Err(e) => broken.push(e),
+        }
     }
     if broken.is_empty() {
         return Ok(None);
@@ -277,5 +299,42 @@ mod tests {
         )
         .unwrap();
         assert_eq!(conf_files(d.path(), &["conflist"]).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_broken_file_of_the_network_asked_for_is_not_passed_over() {
+        // The conflist for "net" is invalid (a plugin without "type"). libcni stops there; a
+        // lower-priority "net" must not be used in its place.
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            "10-net.conflist",
+            r#"{"name":"net","cniVersion":"1.0.0","plugins":[{"typo":"bridge"}]}"#,
+        );
+        write(
+            d.path(),
+            "20-net.conf",
+            r#"{"name":"net","cniVersion":"1.0.0","type":"old-fallback"}"#,
+        );
+        let e = load_network(d.path(), "net").unwrap_err();
+        assert_eq!(e.code, 7, "{e}");
+        assert!(e.msg.contains("10-net.conflist"), "{e}");
+        let e = find_network(d.path(), "net").unwrap_err();
+        assert!(e.msg.contains("10-net.conflist"), "{e}");
+        // A broken file of another network is still skipped.
+        write(
+            d.path(),
+            "05-other.conflist",
+            r#"{"name":"other","cniVersion":"1.0.0","plugins":[{}]}"#,
+        );
+        write(
+            d.path(),
+            "10-net.conflist",
+            r#"{"name":"net","cniVersion":"1.0.0","plugins":[{"type":"bridge"}]}"#,
+        );
+        assert_eq!(
+            load_network(d.path(), "net").unwrap().plugins[0].plugin_type,
+            "bridge"
+        );
     }
 }
