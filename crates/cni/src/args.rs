@@ -32,11 +32,12 @@ pub fn join(pairs: &[(String, String)]) -> String {
         .join(";")
 }
 
-/// The value of `key`, if present.
+/// The value of `key`, if present. A repeated key reads as its last value, as Go's
+/// `types.LoadArgs` assigns each pair in turn (CNI_ARGS, spec §2 "Parameters").
 pub fn get<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
     pairs
         .iter()
-        .find(|(k, _)| k == key)
+        .rfind(|(k, _)| k == key)
         .map(|(_, v)| v.as_str())
 }
 
@@ -53,6 +54,18 @@ mod tests {
         assert_eq!(get(&p, "K8S_POD_NAMESPACE"), Some("default"));
         assert!(parse("").unwrap().is_empty());
         assert_eq!(parse("A=1;").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_repeated_key_reads_as_its_last_value() {
+        // Go `types.LoadArgs` sets the field once per pair, in order: the last pair wins. Multus
+        // (thin) appends its own `CNI_ARGS` after the runtime's, so delegates see repeats.
+        let p = parse("IgnoreUnknown=1;K8S_POD_NAME=old;K8S_POD_NAME=new").unwrap();
+        assert_eq!(get(&p, "K8S_POD_NAME"), Some("new"));
+        assert_eq!(
+            join(&p),
+            "IgnoreUnknown=1;K8S_POD_NAME=old;K8S_POD_NAME=new"
+        );
     }
 
     #[test]
