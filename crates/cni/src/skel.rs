@@ -9,6 +9,7 @@
 //! - answers VERSION itself (spec §2 "VERSION"), echoing the requested version;
 //! - decodes the configuration, refuses a version the plugin does not support (code 1), a
 //!   CHECK below 0.4.0, a GC or STATUS below 1.1.0, and a config without a valid `name`;
+//! - refuses an ADD or DEL whose `CNI_NETNS` is the plugin's own network namespace (code 8);
 //! - prints an ADD result converted to the configuration's `cniVersion` (spec §5: "the
 //!   `cniVersion` of the result must match the one in the configuration");
 //! - prints any error as the spec's error JSON on stdout and exits non-zero (spec §5 "Error").
@@ -230,6 +231,9 @@ fn run(
         validate::container_id(&args.container_id)?;
         validate::interface_name(&args.ifname)?;
     }
+    if matches!(command, Command::Add | Command::Del) {
+        not_own_netns(&args.netns)?;
+    }
     match command {
         Command::Add => plugin.add(&args)?.convert_to(version)?.to_json(),
         Command::Check => plugin.check(&args).map(|()| String::new()),
@@ -237,6 +241,27 @@ fn run(
         Command::Gc => plugin.gc(&args).map(|()| String::new()),
         Command::Status => plugin.status(&args).map(|()| String::new()),
         Command::Version => version_answer(plugin, &args.stdin),
+    }
+}
+
+/// Go `pkg/skel` refuses an ADD or DEL whose `CNI_NETNS` is the plugin's own network namespace
+/// (code 8, `ErrInvalidNetNS`): the plugin runs in the runtime's networking domain (spec §2
+/// "Overview"), and acting on "the container's" interfaces there would act on the host's. A
+/// netns that cannot be inspected (none given, or already gone for DEL) is left to the plugin.
+fn not_own_netns(netns: &str) -> Result<(), CniError> {
+    use std::os::unix::fs::MetadataExt;
+    if netns.is_empty() {
+        return Ok(());
+    }
+    let id = |p: &str| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    match (id(netns), id("/proc/thread-self/ns/net")) {
+        (Some(given), Some(own)) if given == own => Err(CniError::new(
+            ErrorCode::InvalidNetNs,
+            format!(
+                "CNI_NETNS: {netns:?} is the plugin's own network namespace, not a container's"
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -313,3 +313,27 @@ fn a_plugin_error_is_printed_with_the_config_version() {
         );
     }
 }
+
+#[test]
+fn a_netns_that_is_the_plugins_own_is_refused_before_the_plugin_runs() {
+    // Go `pkg/skel` refuses ADD and DEL whose CNI_NETNS is the plugin's own namespace (code 8,
+    // `ErrInvalidNetNS`); here the check comes first, so nothing is done to the host's netns.
+    for command in ["ADD", "DEL"] {
+        let p = Recorder::default();
+        let mut e = env(command);
+        e.insert("CNI_NETNS", "/proc/self/ns/net".to_string());
+        let (code, out) = call(&p, &e, &config("1.0.0"));
+        let err = error_of(&out);
+        assert_eq!((code, err.code), (1, 8), "{command}: {out}");
+        assert!(err.msg.contains("CNI_NETNS"), "{command}: {out}");
+        assert!(
+            p.calls.borrow().is_empty(),
+            "{command} ran in its own netns"
+        );
+    }
+    // A netns that cannot be inspected is left to the plugin (DEL after the netns is gone).
+    let p = Recorder::default();
+    let mut e = env("DEL");
+    e.insert("CNI_NETNS", "/var/run/netns/gone-long-ago".to_string());
+    assert_eq!(call(&p, &e, &config("1.0.0")).0, 0);
+}
