@@ -57,7 +57,9 @@ pub fn derived_container_id(prefix: &str, netns_path: &str) -> String {
     format!("{prefix}-{hex}")
 }
 
-/// A namespace argument as an absolute path: a name is one made by `ip netns add`.
+/// A namespace argument as an absolute path: a name is one made by `ip netns add`. A path is
+/// cleaned lexically as cnitool's `filepath.Abs` cleans it (no `.`, `..`, repeated or trailing
+/// `/`), so the same namespace always gets cnitool's container ID.
 pub fn netns_path(arg: &str) -> Result<String, CniError> {
     let p = if arg.contains('/') {
         std::path::absolute(Path::new(arg)).map_err(|e| {
@@ -66,7 +68,18 @@ pub fn netns_path(arg: &str) -> Result<String, CniError> {
     } else {
         PathBuf::from("/var/run/netns").join(arg)
     };
-    Ok(p.display().to_string())
+    // `components` already drops `.`, repeated and trailing separators; `..` removes the
+    // element before it, and stays at the root (Go's `filepath.Clean`).
+    let mut clean = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                clean.pop();
+            }
+            c => clean.push(c),
+        }
+    }
+    Ok(clean.display().to_string())
 }
 
 fn usage(msg: &str) -> CniError {
@@ -178,5 +191,22 @@ mod tests {
         assert_eq!(netns_path("blue").unwrap(), "/var/run/netns/blue");
         assert_eq!(netns_path("/proc/1/ns/net").unwrap(), "/proc/1/ns/net");
         assert!(netns_path("./x").unwrap().starts_with('/'));
+    }
+
+    #[test]
+    fn netns_paths_are_cleaned_as_cnitool_cleans_them() {
+        // cnitool takes `filepath.Abs`, which cleans the path: the same namespace written with a
+        // trailing slash, `.` or `..` must get the same container ID as cnitool gives it.
+        for arg in [
+            "/var/run/netns/fixture/",
+            "/var/run/netns//fixture",
+            "/var/run/netns/./fixture",
+            "/var/run/../run/netns/fixture",
+            "/../var/run/netns/fixture",
+        ] {
+            let path = netns_path(arg).unwrap();
+            assert_eq!(path, "/var/run/netns/fixture", "{arg}");
+            assert_eq!(container_id_for(&path), "cnitool-f44a90ca26003b1992e5");
+        }
     }
 }
