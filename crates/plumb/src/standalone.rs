@@ -103,13 +103,18 @@ enum Store {
 }
 
 impl Store {
+    /// `--nads`, else `--kubeconfig`, else the configuration as ADD reads it: its `kubeconfig`,
+    /// and `plumbNadDir` only without one (so `plan` shows what ADD would do).
     fn open(config: &Config, source: &Source) -> Result<Store, CniError> {
         let conf_dir = config.conf_dir.clone();
-        if let Some(dir) = source.nads.as_ref().or(config.nad_dir.as_ref()) {
+        if let Some(dir) = &source.nads {
             return Ok(Store::Files(FileNetworks::from_dir(dir, conf_dir)?));
         }
         if let Some(k) = source.kubeconfig.as_ref().or(config.kubeconfig.as_ref()) {
             return Ok(Store::Api(KubeCluster::from_kubeconfig(k)?, conf_dir));
+        }
+        if let Some(dir) = &config.nad_dir {
+            return Ok(Store::Files(FileNetworks::from_dir(dir, conf_dir)?));
         }
         Ok(Store::None(conf_dir))
     }
@@ -411,4 +416,50 @@ pub fn status(a: &StatusArgs, out: &mut dyn Write) -> Result<(), CniError> {
     }
     out.write_all(text.as_bytes())
         .map_err(|e| CniError::new(ErrorCode::Io, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: Value) -> Config {
+        let mut c = json!({"cniVersion": "1.0.0", "name": "plumb", "type": "plumb",
+            "delegates": [{"cniVersion": "1.0.0", "name": "d", "type": "bridge"}]});
+        c.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        Config::parse(c.to_string().as_bytes()).unwrap()
+    }
+
+    fn source(kubeconfig: Option<PathBuf>) -> Source {
+        Source {
+            config: PathBuf::from(DEFAULT_CONFIG),
+            nads: None,
+            kubeconfig,
+        }
+    }
+
+    /// The error of opening a store that must be the API's (the kubeconfig is missing).
+    fn api_error(config: &Config, source: &Source) -> CniError {
+        match Store::open(config, source) {
+            Ok(Store::Files(_)) => panic!("NADs read from plumbNadDir's files"),
+            Ok(_) => panic!("no error for a missing kubeconfig"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn a_kubeconfig_wins_over_plumb_nad_dir_as_in_add() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("missing-kubeconfig");
+        // `--kubeconfig` on the command line beats the configuration's `plumbNadDir`.
+        let c = config(json!({"plumbNadDir": d.path()}));
+        let e = api_error(&c, &source(Some(missing.clone())));
+        assert!(e.msg.contains("missing-kubeconfig"), "{e}");
+        // With both in the configuration, ADD reads the API (plumbNadDir is for plumb without
+        // a kubeconfig, configuration.md): `plan` and `attach` must too.
+        let c = config(json!({"plumbNadDir": d.path(), "kubeconfig": missing}));
+        let e = api_error(&c, &source(None));
+        assert!(e.msg.contains("missing-kubeconfig"), "{e}");
+    }
 }
