@@ -108,6 +108,18 @@ pub fn run(
     }));
 
     match a.op {
+        // libcni (and so cnitool) answers success without asking any plugin: for an operator
+        // that reads as "ready". STATUS exists from CNI 1.1.0 (spec §2 "STATUS").
+        Op::Status if list.cni_version < cni::Version::V1_1_0 => {
+            return Err(CniError::new(
+                ErrorCode::IncompatibleVersion,
+                format!(
+                    "network {:?} has cniVersion {}: STATUS exists from CNI 1.1.0, no plugin \
+                     was asked",
+                    list.name, list.cni_version
+                ),
+            ));
+        }
         Op::Status => return cni.status_network_list(&list),
         Op::Gc => {
             let keep = a
@@ -191,6 +203,31 @@ mod tests {
         assert_eq!(netns_path("blue").unwrap(), "/var/run/netns/blue");
         assert_eq!(netns_path("/proc/1/ns/net").unwrap(), "/proc/1/ns/net");
         assert!(netns_path("./x").unwrap().starts_with('/'));
+    }
+
+    fn env(dir: &Path) -> impl Fn(&str) -> Option<String> + use<> {
+        let netconf = dir.display().to_string();
+        move |k: &str| (k == "NETCONFPATH").then(|| netconf.clone())
+    }
+
+    #[test]
+    fn status_of_a_configuration_without_status_says_so() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("10-old.conflist"),
+            r#"{"cniVersion": "1.0.0", "name": "old", "plugins": [{"type": "bridge"}]}"#,
+        )
+        .unwrap();
+        let a = Args {
+            op: Op::Status,
+            network: "old".into(),
+            netns: None,
+            keep: vec![],
+        };
+        // Nothing can be asked: an exit status 0 would read as "the network is ready".
+        let e = run(&a, &env(d.path()), &mut Vec::new()).unwrap_err();
+        assert_eq!(e.kind(), ErrorCode::IncompatibleVersion);
+        assert!(e.msg.contains("old") && e.msg.contains("1.0.0"), "{e}");
     }
 
     #[test]
