@@ -61,6 +61,11 @@ pub fn derived_container_id(prefix: &str, netns_path: &str) -> String {
 /// cleaned lexically as cnitool's `filepath.Abs` cleans it (no `.`, `..`, repeated or trailing
 /// `/`), so the same namespace always gets cnitool's container ID.
 pub fn netns_path(arg: &str) -> Result<String, CniError> {
+    if arg.is_empty() {
+        return Err(usage(
+            "the network namespace is empty: give a path or a name under /var/run/netns",
+        ));
+    }
     let p = if arg.contains('/') {
         std::path::absolute(Path::new(arg)).map_err(|e| {
             CniError::new(ErrorCode::InvalidEnvironment, format!("netns {arg:?}: {e}"))
@@ -203,6 +208,11 @@ mod tests {
         assert_eq!(netns_path("blue").unwrap(), "/var/run/netns/blue");
         assert_eq!(netns_path("/proc/1/ns/net").unwrap(), "/proc/1/ns/net");
         assert!(netns_path("./x").unwrap().starts_with('/'));
+        // An empty argument (an unset shell variable in quotes) is no namespace, not
+        // `/var/run/netns` itself.
+        let e = netns_path("").unwrap_err();
+        assert_eq!(e.kind(), ErrorCode::InvalidEnvironment);
+        assert!(e.msg.contains("empty"), "{e}");
     }
 
     fn env(dir: &Path) -> impl Fn(&str) -> Option<String> + use<> {
