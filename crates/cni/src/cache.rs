@@ -142,24 +142,7 @@ impl ResultCache {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| io_err("cannot create", &dir, e))?;
-        let wire = Wire {
-            kind: KIND_V1.to_string(),
-            container_id: entry.container_id.clone(),
-            config: entry.config.clone(),
-            if_name: entry.if_name.clone(),
-            network_name: entry.network_name.clone(),
-            netns: entry.netns.clone(),
-            cni_args: entry.cni_args.clone(),
-            capability_args: entry.capability_args.clone(),
-            result: entry.result.clone(),
-        };
-        let bytes = serde_json::to_vec(&wire).map_err(|e| {
-            CniError::new(
-                ErrorCode::Internal,
-                format!("result cache: cannot encode: {e}"),
-            )
-        })?;
-        write_atomic(&path, &bytes)
+        write_atomic(&path, &encode_entry(entry)?)
     }
 
     /// Reads an entry. `Ok(None)` when there is none; an error when it exists but cannot be
@@ -269,7 +252,29 @@ impl ResultCache {
     }
 }
 
-fn decode_entry(bytes: &[u8]) -> Result<CachedAttachment, String> {
+/// An entry as libcni writes it (`kind` `cniCacheV1`, its field order).
+pub fn encode_entry(entry: &CachedAttachment) -> Result<Vec<u8>, CniError> {
+    let wire = Wire {
+        kind: KIND_V1.to_string(),
+        container_id: entry.container_id.clone(),
+        config: entry.config.clone(),
+        if_name: entry.if_name.clone(),
+        network_name: entry.network_name.clone(),
+        netns: entry.netns.clone(),
+        cni_args: entry.cni_args.clone(),
+        capability_args: entry.capability_args.clone(),
+        result: entry.result.clone(),
+    };
+    serde_json::to_vec(&wire).map_err(|e| {
+        CniError::new(
+            ErrorCode::Internal,
+            format!("result cache: cannot encode: {e}"),
+        )
+    })
+}
+
+/// An entry read from a file's bytes: a current (`cniCacheV1`) entry, or why it is not one.
+pub fn decode_entry(bytes: &[u8]) -> Result<CachedAttachment, String> {
     let w: Wire = serde_json::from_slice(bytes).map_err(|e| format!("not a cache entry: {e}"))?;
     if w.kind != KIND_V1 {
         return Err(format!("unknown kind {:?}", w.kind));
