@@ -49,6 +49,8 @@ pub struct Sandbox {
     pub netns: String,
     /// `CNI_ARGS` as the runtime gave them; every delegate gets them unchanged.
     pub cni_args: Vec<(String, String)>,
+    /// Attached by `plumb attach`, not by a runtime (see [`Record::standalone`]).
+    pub standalone: bool,
 }
 
 /// One attachment that ADD completed.
@@ -245,6 +247,7 @@ impl Executor<'_> {
             pod_uid: pod.map(|p| p.uid.clone()).unwrap_or_default(),
             cni_args: sandbox.cni_args.clone(),
             attachments: self.recorded(&sandbox.container_id, attachments),
+            standalone: sandbox.standalone,
         };
         let pending =
             PendingRecord::hand_to_first_delegate(&*self.cni.exec, self.records.stage(&record)?)?;
@@ -438,6 +441,7 @@ impl Executor<'_> {
                 .iter()
                 .map(|a| recorded(a, &sandbox.container_id, self.device_info))
                 .collect(),
+            standalone: sandbox.standalone,
         };
         let without_device =
             |i: usize| runnable[i].resource.is_some() && runnable[i].device.is_none();
@@ -750,7 +754,7 @@ mod tests {
         let sandbox = Sandbox {
             container_id: "c-lost".into(),
             netns: "/var/run/netns/x".into(),
-            cni_args: vec![],
+            ..Sandbox::default()
         };
         let e = executor
             .add(
@@ -780,7 +784,7 @@ mod tests {
         let sandbox = Sandbox {
             container_id: "c-race".into(),
             netns: "/var/run/netns/x".into(),
-            cni_args: vec![],
+            ..Sandbox::default()
         };
         let attachments = [
             attachment("net-a", "eth0", "fake"),
@@ -798,6 +802,7 @@ mod tests {
                 .iter()
                 .map(|a| recorded(a, &sandbox.container_id, &dirs))
                 .collect(),
+            standalone: false,
         };
         records.save(&record).unwrap();
         let rewrite = Record {

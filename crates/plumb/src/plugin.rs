@@ -148,6 +148,7 @@ impl Call {
             container_id: args.container_id.clone(),
             netns: args.netns.clone(),
             cni_args: self.cni_args.clone(),
+            standalone: false,
         }
     }
 
@@ -570,13 +571,26 @@ impl Plumb<'_> {
                 format!("GC: \"cni.dev/valid-attachments\" is not a list of attachments: {e}"),
             )
         })?;
-        let live: BTreeSet<&str> = valid.iter().map(|a| a.container_id.as_str()).collect();
+        let mut live: BTreeSet<String> = valid.into_iter().map(|a| a.container_id).collect();
         let exec = self.executor(call);
         // Every failure is reported, and none stops the rest (CNI spec: GC continues).
         let mut errors = ErrorList::default();
+        let mut attached_by_hand = Vec::new();
         match call.records.list() {
             Ok(ids) => {
                 for id in ids.iter().filter(|id| !live.contains(id.as_str())) {
+                    // What `plumb attach` made is no runtime's: the runtime's list cannot name
+                    // it, and only `plumb detach` removes it. An unreadable record goes on to
+                    // DEL, which reports it.
+                    if let Ok(Some(r)) = call.records.load(id)
+                        && r.standalone
+                    {
+                        call.log.verbose(&format!(
+                            "GC: {id} was attached by `plumb attach`; left to `plumb detach`"
+                        ));
+                        attached_by_hand.push(id.clone());
+                        continue;
+                    }
                     let stale = Sandbox {
                         container_id: id.clone(),
                         ..Sandbox::default()
@@ -588,6 +602,7 @@ impl Plumb<'_> {
             }
             Err(e) => errors.push(e.into()),
         }
+        live.extend(attached_by_hand);
         // Temporary files of writers killed between writing and renaming (a record's, a cached
         // result's): nothing else would ever remove them.
         for dir in [

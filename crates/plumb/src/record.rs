@@ -92,6 +92,11 @@ pub struct Record {
     #[serde(default)]
     pub cni_args: Vec<(String, String)>,
     pub attachments: Vec<RecordedAttachment>,
+    /// Made by `plumb attach`, not by a runtime: the runtime's GC, which lists only its own
+    /// sandboxes as valid, must leave it and its delegates' addresses alone (`plumb detach`
+    /// removes it). Written only when true, so records of the runtime's look as before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub standalone: bool,
 }
 
 /// The directory of records.
@@ -232,7 +237,22 @@ mod tests {
                 default: false,
                 device_info_file: None,
             }],
+            standalone: false,
         }
+    }
+
+    #[test]
+    fn only_a_standalone_record_says_so() {
+        // A runtime's record is written as before the field existed; attach's says it is one.
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let mut r = record();
+        store.save(&r).unwrap();
+        let text = fs::read_to_string(d.path().join("abc123.json")).unwrap();
+        assert!(!text.contains("standalone"), "{text}");
+        r.standalone = true;
+        store.save(&r).unwrap();
+        assert!(store.load("abc123").unwrap().unwrap().standalone);
     }
 
     #[test]

@@ -186,6 +186,7 @@ fn sandbox_for(netns: &str, container_id: Option<&str>) -> Sandbox {
             .unwrap_or_else(|| derived_container_id("plumb", netns)),
         netns: netns.to_string(),
         cni_args: vec![("IgnoreUnknown".into(), "true".into())],
+        standalone: true,
     }
 }
 

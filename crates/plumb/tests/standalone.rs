@@ -175,6 +175,61 @@ fn attach_and_detach_with_nads_from_files() {
 }
 
 #[test]
+fn the_runtimes_gc_leaves_what_attach_made() {
+    // `plumb attach` shares the plugin's records and cache. The runtime's GC lists only its own
+    // sandboxes as valid; what an operator attached by hand must survive it.
+    testkit::netns::require_root();
+    let node = Node::new();
+    let (b0, b1, parent) = (unique_name("sd"), unique_name("sb"), unique_name("sp"));
+    let _links = [Link::adopt(&b0), Link::adopt(&b1), Link::bridge(&parent)];
+    write_nads(&node.path("nads"), &b1, &parent, &node.ipam_dir());
+    let config = node.config(json!({"cniVersion": "1.1.0",
+        "delegates": [node.bridge("default-net", &b0, 5)]}));
+    let config_file = node.path("plumb.conf");
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    let ns = Netns::new();
+    ok(&plumb(&[
+        "attach",
+        "--netns",
+        ns.name(),
+        "--networks",
+        "br",
+        "--nads",
+        s(&node.path("nads")),
+        "--config",
+        s(&config_file),
+    ]));
+    assert_eq!(node.all_allocations(), 2);
+
+    let mut gc = config.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "c-other", "ifname": "eth0"}]);
+    ok(&run(&CniCall {
+        command: "GC",
+        container_id: "",
+        netns: "",
+        ifname: "",
+        args: "",
+        config: &gc,
+    }));
+    assert_eq!(
+        ns.addresses("net1"),
+        ["10.219.2.2/24"],
+        "GC undid the attach"
+    );
+    assert_eq!(node.all_allocations(), 2);
+
+    ok(&plumb(&[
+        "detach",
+        "--netns",
+        ns.name(),
+        "--config",
+        s(&config_file),
+    ]));
+    assert_eq!(ns.links(), ["lo"]);
+    assert_eq!(node.all_allocations(), 0);
+}
+
+#[test]
 fn the_cni_plugin_without_kubernetes_reads_nads_from_files() {
     testkit::netns::require_root();
     let node = Node::new();
