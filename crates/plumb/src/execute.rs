@@ -256,10 +256,19 @@ impl Executor<'_> {
         for (i, a) in attachments.iter().enumerate() {
             let r = &record.attachments[i];
             let outcome = self.add_one(sandbox, a, r, i, n);
-            if i == 0 {
+            if i == 0
+                && let Err(e) = pending.settle()
+            {
                 // A record that could not be written: its delegate was stopped before it read
-                // its configuration, so nothing ran and there is nothing to roll back.
-                pending.settle()?;
+                // its configuration, so nothing ran and there is nothing to roll back, but the
+                // device-info file made for it (a copy of the device plugin's) is plumb's own.
+                return Err(match &r.device_info_file {
+                    Some(path) => match delete_device_info_file(&record, r, path) {
+                        Ok(()) => e,
+                        Err(left) => e.add_details(format!("device-info file left: {}", left.msg)),
+                    },
+                    None => e,
+                });
             }
             match outcome {
                 Ok(a) => added.push(a),
@@ -756,14 +765,25 @@ mod tests {
             netns: "/var/run/netns/x".into(),
             ..Sandbox::default()
         };
+        // The first attachment has a device whose device plugin wrote a device-info file: it
+        // is copied for the attachment before its delegate starts.
+        let dp = dirs.dp_path("vendor.com/nic", "0000:03:00.1");
+        std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
+        std::fs::write(
+            &dp,
+            r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:03:00.1"}}"#,
+        )
+        .unwrap();
+        let mut with_device = attachment("net-a", "eth0", "fake");
+        with_device.device = Some(crate::plan::Device {
+            id: "0000:03:00.1".into(),
+            resource: Some("vendor.com/nic".into()),
+        });
         let e = executor
             .add(
                 &sandbox,
                 None,
-                &[
-                    attachment("net-a", "eth0", "fake"),
-                    attachment("net-b", "net1", "fake"),
-                ],
+                &[with_device, attachment("net-b", "net1", "fake")],
             )
             .unwrap_err();
         assert!(e.msg.contains("c-lost.json"), "{e}");
@@ -772,6 +792,12 @@ mod tests {
         assert!(cni.exec.take_stdin_gate().is_none());
         assert!(!records.path("c-lost").unwrap().exists());
         assert!(cni.cache.list(Some("c-lost")).unwrap().is_empty());
+        let left: Vec<_> = std::fs::read_dir(dirs.cni_dir()).unwrap().collect();
+        assert!(left.is_empty(), "device-info files left: {left:?}");
+        assert!(
+            dp.exists(),
+            "the device plugin's own file is not plumb's to remove"
+        );
     }
 
     #[test]
