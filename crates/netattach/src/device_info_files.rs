@@ -7,7 +7,7 @@
 //!   the directory or make two attachments share a name percent-escaped (see [`cni_file_name`]).
 
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -188,13 +188,30 @@ impl DeviceInfoDirs {
     }
 }
 
-/// Reads and checks a device-info file; `None` when it does not exist.
+/// The largest device-info file read. A real one is a few hundred bytes; the bound keeps a
+/// mistake in the directory (a link to `/dev/zero`, a runaway writer) from exhausting memory.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Reads and checks a device-info file; `None` when it does not exist. Only a regular file of
+/// at most [`MAX_FILE_BYTES`] is read: a FIFO would block the ADD that reads it.
 pub fn read(path: &Path) -> Result<Option<DeviceInfo>, DeviceInfoFileError> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
+    let refuse = |why: String| DeviceInfoFileError::Io {
+        path: path.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::InvalidData, why),
+    };
+    match fs::metadata(path) {
+        Ok(m) if m.is_file() => {}
+        Ok(m) => return Err(refuse(format!("not a regular file ({:?})", m.file_type()))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err(path)(e)),
-    };
+    }
+    let mut bytes = Vec::new();
+    fs::File::open(path)
+        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(io_err(path))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(refuse(format!("larger than {MAX_FILE_BYTES} bytes")));
+    }
     DeviceInfo::parse(&bytes)
         .map(Some)
         .map_err(|source| DeviceInfoFileError::Invalid {
@@ -406,6 +423,39 @@ mod tests {
         assert!(e.to_string().contains("ns1-sriov-net-cid_net1"), "{e}");
         assert_eq!(cni::CniError::from(e).code, 7);
         let e = read(tmp.path()).unwrap_err();
+        assert_eq!(cni::CniError::from(e).code, 5);
+    }
+
+    #[test]
+    fn only_a_regular_file_of_bounded_size_is_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        // A FIFO is refused without blocking (no writer will ever come).
+        let fifo = tmp.path().join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let e = read(&fifo).unwrap_err().to_string();
+        assert!(
+            e.contains("not a regular file") && e.contains("fifo"),
+            "{e}"
+        );
+        // A link to an endless device is refused by type too; an over-long file by size.
+        let zero = tmp.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        assert!(
+            read(&zero)
+                .unwrap_err()
+                .to_string()
+                .contains("not a regular file")
+        );
+        let big = tmp.path().join("big");
+        fs::write(&big, vec![b' '; MAX_FILE_BYTES as usize + 1]).unwrap();
+        let e = read(&big).unwrap_err();
+        assert!(e.to_string().contains("larger than"), "{e}");
         assert_eq!(cni::CniError::from(e).code, 5);
     }
 }
