@@ -176,10 +176,19 @@ pub fn pod_of(o: &FileObject) -> Result<Pod, CniError> {
             )));
         }
     };
+    // Absent, the namespace is `default` as `kubectl apply` takes it; of another type it is a
+    // mistake to name, not a reason to plan for the pods of `default`.
+    let text = |field: &str| match &meta[field] {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s.clone())),
+        other => Err(invalid(format!(
+            "{o}: metadata.{field} must be a string, not {other}"
+        ))),
+    };
     Ok(Pod {
-        namespace: meta["namespace"].as_str().unwrap_or("default").to_string(),
+        namespace: text("namespace")?.unwrap_or_else(|| "default".into()),
         name: name.to_string(),
-        uid: meta["uid"].as_str().unwrap_or_default().to_string(),
+        uid: text("uid")?.unwrap_or_default(),
         annotations,
     })
 }
@@ -307,5 +316,13 @@ mod tests {
         }
         let e = FileNetworks::new(&ok, d.path().into()).err().unwrap();
         assert!(e.msg.contains("defined twice"), "{e}");
+        // A pod's namespace of the wrong type is named, not taken for `default`.
+        std::fs::write(&f, "kind: Pod\nmetadata: {name: p, namespace: 5}\n").unwrap();
+        let e = pod_of(&read_file(&f).unwrap()[0]).unwrap_err();
+        assert!(
+            e.msg.contains("bad.yaml") && e.msg.contains("metadata.namespace must be a string"),
+            "{e}"
+        );
+        assert_eq!(e.code, 7);
     }
 }
