@@ -93,7 +93,15 @@ fn validate(files: &[std::path::PathBuf]) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let getenv = |k: &str| std::env::var(k).ok();
+    // A value that is not UTF-8 is passed on with its bad bytes replaced, so that the error
+    // it leads to (an invalid container ID, a netns that cannot be opened) shows it, rather
+    // than a "missing variable" for a variable that is set.
+    let getenv = |k: &str| {
+        std::env::var_os(k).map(|v| {
+            v.into_string()
+                .unwrap_or_else(|v| v.to_string_lossy().into_owned())
+        })
+    };
     if std::env::var_os("CNI_COMMAND").is_some() {
         let plugin = plumb::plugin::Plumb {
             routes: &plumb::plugin::NetlinkRoutes,

@@ -716,3 +716,33 @@ fn a_del_without_a_record_that_fails_leaves_a_record_of_what_is_left() {
     assert_eq!(a.calls_of("DEL").len(), 1);
     assert_eq!(b.calls_of("DEL").len(), 2);
 }
+
+#[test]
+fn a_variable_that_is_not_utf8_is_shown_not_called_missing() {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    use std::process::{Command, Stdio};
+    let node = Node::new();
+    let config = node.config(json!({"delegates": [node.bridge("net-a", "unused0", 19)]}));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .env_clear()
+        .env("CNI_COMMAND", "DEL")
+        .env("CNI_CONTAINERID", std::ffi::OsStr::from_bytes(b"c-\xff"))
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", common::PLUGINS)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(config.to_string().as_bytes())
+        .unwrap();
+    let e = err(&child.wait_with_output().unwrap());
+    let msg = e["msg"].as_str().unwrap();
+    assert!(!msg.contains("missing"), "{e}");
+    assert!(msg.contains("c-\u{fffd}"), "{e}");
+}
