@@ -295,6 +295,15 @@ pub fn set_default_route(
     if gateways.is_empty() {
         return Ok(());
     }
+    // A gateway named twice is one gateway: installed again, it would be a second default
+    // route through it at the next metric, and be reported twice.
+    let mut unique: Vec<IpAddr> = Vec::with_capacity(gateways.len());
+    for gw in gateways {
+        if !unique.contains(gw) {
+            unique.push(*gw);
+        }
+    }
+    let gateways = &unique[..];
     check_ifname(ifname)?;
     for gw in gateways {
         check_gateway(*gw)?;

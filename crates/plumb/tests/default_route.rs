@@ -255,6 +255,17 @@ fn several_gateways_of_a_family_get_metrics_in_their_order() {
 }
 
 #[test]
+fn a_gateway_given_twice_is_installed_once() {
+    let pod = dual_stack_pod();
+    pod.set("net1", &["10.2.0.1", "10.2.0.254", "10.2.0.1"])
+        .unwrap();
+    assert_eq!(
+        pod.ip_defaults("-4"),
+        vec![row("net1", "10.2.0.1", 0), row("net1", "10.2.0.254", 1)]
+    );
+}
+
+#[test]
 fn an_unreachable_gateway_is_refused_and_the_old_default_stays() {
     let pod = dual_stack_pod();
     let path = pod.ns.path();
