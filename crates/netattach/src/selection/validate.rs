@@ -299,6 +299,18 @@ fn port_mapping(v: &Value) -> Result<PortMapping, String> {
     let Value::Object(m) = v else {
         return Err(format!("expected an object, not {}", type_name(v)));
     };
+    // §4.1.2.1.7: a dict of "the following keys" (and CONVENTIONS.md's `hostIP`). Another key is
+    // a typo, and ignoring it would attach with a default the user did not ask for.
+    if let Some(key) = m.keys().find(|k| {
+        !matches!(
+            k.as_str(),
+            "hostPort" | "containerPort" | "protocol" | "hostIP"
+        )
+    }) {
+        return Err(format!(
+            "unknown key {key:?}: expected hostPort, containerPort, protocol or hostIP"
+        ));
+    }
     let port = |key: &str| -> Result<u16, String> {
         let v = m.get(key).ok_or_else(|| format!("\"{key}\" is required"))?;
         integer(v, 1, 65535)
@@ -524,6 +536,22 @@ mod tests {
             let e = port_mappings(&v).unwrap_err();
             assert!(e.contains(needle), "{v}: {e}");
         }
+    }
+
+    #[test]
+    fn port_mappings_refuse_unknown_keys() {
+        // §4.1.2.1.7: each entry is a dict of "the following keys". A misspelt "protocol" must
+        // not silently give the TCP default; a misspelt "hostPort" is already "required".
+        let e = port_mappings(&json!([{"hostPort": 53, "containerPort": 53, "protcol": "udp"}]))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "entry 1: unknown key \"protcol\": expected hostPort, containerPort, protocol or \
+             hostIP"
+        );
+        assert!(
+            port_mappings(&json!([{"hostPort": 1, "containerPort": 2, "hostIP": null}])).is_ok()
+        );
     }
 
     #[test]
