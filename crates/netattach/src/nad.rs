@@ -190,7 +190,8 @@ pub fn parse_config(
 }
 
 /// §3.4.2: `name` is added when the configuration omits it. An empty or null `name` counts as
-/// omitted, as for Multus (Go decodes both to ""). Returns whether it injected.
+/// omitted too: a network needs a name, and §3.4.2 gives it the NAD's. Returns whether it
+/// injected.
 fn inject_name(raw: &mut Map<String, Value>, nad_name: &str) -> bool {
     let missing = match raw.get("name") {
         None | Some(Value::Null) => true,

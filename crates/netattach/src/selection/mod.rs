@@ -236,7 +236,7 @@ fn check_across(elements: &[NetworkSelectionElement]) -> Result<(), SelectionErr
             default_route = Some((position, &e.name));
         }
         if let Some(ifname) = e.interface.as_deref() {
-            // §4.1.5: a name used by a previous attachment fails that attachment; two requests
+            // §4.1.2.1.5: a name used by a previous attachment fails that attachment; two requests
             // for one name can never both succeed, so refuse before attaching anything.
             if let Some((first, first_name)) = interfaces.insert(ifname, (position, &e.name)) {
                 return Err(SelectionError::element(
