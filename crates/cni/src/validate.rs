@@ -69,6 +69,11 @@ pub fn interface_name_problem(name: &str) -> Option<&'static str> {
         .any(|c| c == '/' || c == ':' || c == '\0' || c.is_whitespace())
     {
         Some("interface name must not contain '/', ':', NUL or whitespace")
+    } else if name.bytes().any(|b| b == 0xa0) {
+        // The kernel's `dev_valid_name` tests each byte with its `isspace`, which takes 0xA0
+        // (Latin-1's no-break space) for one: a name whose UTF-8 holds that byte ("à", "Ġ")
+        // would pass here and fail at ADD with EINVAL.
+        Some("interface name must not contain the byte 0xA0, which the kernel takes for a space")
     } else {
         None
     }
@@ -137,6 +142,7 @@ mod tests {
             ("a\tb", "whitespace"),
             ("a\0b", "NUL"),
             ("éééééééé", "15"), // 16 bytes
+            ("netà", "0xA0"),   // the kernel refuses it: `ip link add name netà` is EINVAL
         ] {
             let e = interface_name(bad).unwrap_err();
             assert_eq!(e.code, 4);
