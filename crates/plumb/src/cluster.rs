@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use cni::error::{CniError, ErrorCode};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod as KubePod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
+use kube::core::Request as ApiRequest;
 use netattach::{NetworkAttachmentDefinition, NetworkRef};
 use serde_json::json;
 
@@ -145,6 +146,7 @@ fn cni_error(what: &str, f: &Failure) -> CniError {
         ErrorCode::Io
     };
     let detail = match e {
+        kube::Error::Api(s) if s.reason.is_empty() => format!("{} ({})", s.message, s.code),
         kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
         other => {
             // Name the root cause (connection refused, certificate problems…).
@@ -295,6 +297,32 @@ impl KubeCluster {
     }
 }
 
+/// One request through `client`, its answer judged by its HTTP status. kube-rs's own request
+/// methods take any JSON object in an error answer for a `Status` and its `code` for the HTTP
+/// status (0 when there is none): a load balancer's 503 `{"message": …}` was then final, and a
+/// 500 whose body said 404 a missing pod. The status line is what the server (or whatever is
+/// in front of it) answered; the body only explains it.
+async fn send<T: serde::de::DeserializeOwned>(
+    client: &kube::Client,
+    request: Result<tonic::codegen::http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<T, kube::Error> {
+    // (`http` as tonic re-exports it: the same crate kube-rs uses, no dependency of its own.)
+    let request = request.map_err(kube::Error::BuildRequest)?;
+    let answer = client.send(request.map(kube::client::Body::from)).await?;
+    let code = answer.status().as_u16();
+    let body = answer.into_body().collect_bytes().await?;
+    if !(200..300).contains(&code) {
+        let text = String::from_utf8_lossy(&body);
+        let mut status = serde_json::from_str::<kube::core::Status>(&text)
+            .ok()
+            .filter(|s| !s.message.is_empty() || !s.reason.is_empty())
+            .unwrap_or_else(|| kube::core::Status::failure(text.trim(), ""));
+        status.code = code;
+        return Err(kube::Error::Api(status.boxed()));
+    }
+    serde_json::from_slice(&body).map_err(kube::Error::SerdeError)
+}
+
 /// A client from the kubeconfig file, its current context's token file read now.
 async fn client_from(kubeconfig: &Path) -> Result<kube::Client, CniError> {
     let bad = |e: &dyn std::fmt::Display| {
@@ -326,9 +354,9 @@ impl Cluster for KubeCluster {
     ) -> Result<Option<Pod>, CniError> {
         let what = format!("get pod {namespace}/{name}");
         let got = self.with_retries(wait_for_pod, |client| async move {
-            Api::<KubePod>::namespaced(client, namespace)
-                .get(name)
-                .await
+            let api = Api::<KubePod>::namespaced(client.clone(), namespace);
+            let request = ApiRequest::new(api.resource_url()).get(name, &GetParams::default());
+            send(&client, request).await
         });
         match got {
             Ok(p) => {
@@ -344,9 +372,9 @@ impl Cluster for KubeCluster {
     fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
         let what = format!("get network-attachment-definition {r}");
         let got = self.with_retries(false, |client| async move {
-            Api::<NetworkAttachmentDefinition>::namespaced(client, &r.namespace)
-                .get(&r.name)
-                .await
+            let api = Api::<NetworkAttachmentDefinition>::namespaced(client.clone(), &r.namespace);
+            let request = ApiRequest::new(api.resource_url()).get(&r.name, &GetParams::default());
+            send::<NetworkAttachmentDefinition>(&client, request).await
         });
         match got {
             Ok(nad) => {
@@ -381,9 +409,10 @@ impl Cluster for KubeCluster {
         let patch = Patch::Merge(&patch);
         let (params, patch) = (&params, &patch);
         self.with_retries(false, |client| async move {
-            Api::<KubePod>::namespaced(client, &pod.namespace)
-                .patch_status(&pod.name, params, patch)
-                .await
+            let api = Api::<KubePod>::namespaced(client.clone(), &pod.namespace);
+            let request = ApiRequest::new(api.resource_url())
+                .patch_subresource("status", &pod.name, params, patch);
+            send::<KubePod>(&client, request).await
         })
         .map(drop)
         .map_err(|e| {
@@ -579,5 +608,69 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    /// A `Status` body as the API server writes it, claiming `code`.
+    fn status_body(code: u16, reason: &str) -> String {
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": format!("claims {code}"), "reason": reason, "code": code})
+        .to_string()
+    }
+
+    #[test]
+    fn an_error_answer_is_judged_by_its_http_status() {
+        let (api, _dir, c) = cluster(Duration::from_secs(10));
+        let path = "/api/v1/namespaces/default/pods/p";
+        // A load balancer in front of the API server answers 503 with a JSON body that is no
+        // `Status` (no `code`): as transient as any 503, so retried.
+        let lb = r#"{"message": "no healthy upstream"}"#;
+        api.add_fault(
+            Fault::new(FaultKind::Body(503, lb.into()))
+                .path(path)
+                .times(2),
+        );
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
+        // When it lasts: code 11, and the message names the HTTP status.
+        api.add_fault(Fault::new(FaultKind::Body(503, lb.into())).path(path));
+        let e = c.pod("default", "p", false).unwrap_err();
+        assert_eq!(e.code, ErrorCode::TryAgainLater.code(), "{e}");
+        assert!(
+            e.msg.contains("no healthy upstream") && e.msg.contains("503"),
+            "{e}"
+        );
+        api.clear_faults();
+        // A 500 whose body claims 404 is a server error, not a missing pod (which fails the
+        // ADD with code 3, and makes a DEL without a record undo nothing); the same for a NAD.
+        api.add_fault(
+            Fault::new(FaultKind::Body(500, status_body(404, "NotFound")))
+                .path(path)
+                .times(1),
+        );
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
+        api.put(
+            Resource::NetworkAttachmentDefinitions,
+            json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                   "metadata": {"namespace": "default", "name": "n"},
+                   "spec": {"config": "{\"cniVersion\":\"1.0.0\",\"type\":\"bridge\"}"}}),
+        );
+        api.add_fault(
+            Fault::new(FaultKind::Body(500, status_body(404, "NotFound")))
+                .path(
+                    "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/n",
+                )
+                .times(1),
+        );
+        assert!(c.nad(&NetworkRef::new("default", "n")).unwrap().is_some());
+        // And a 403 whose body claims 503 is not retried.
+        api.clear_requests();
+        api.add_fault(
+            Fault::new(FaultKind::Body(403, status_body(503, "ServiceUnavailable")))
+                .path(path)
+                .times(2),
+        );
+        let e = c.pod("default", "p", false).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Io.code(), "{e}");
+        assert!(e.msg.contains("403"), "{e}");
+        assert_eq!(api.requests().len(), 1);
     }
 }
