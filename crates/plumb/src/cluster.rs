@@ -408,19 +408,25 @@ impl Cluster for KubeCluster {
         let params = PatchParams::default();
         let patch = Patch::Merge(&patch);
         let (params, patch) = (&params, &patch);
-        self.with_retries(false, |client| async move {
+        let patched = self.with_retries(false, |client| async move {
             let api = Api::<KubePod>::namespaced(client.clone(), &pod.namespace);
             let request = ApiRequest::new(api.resource_url())
                 .patch_subresource("status", &pod.name, params, patch);
             send::<KubePod>(&client, request).await
-        })
-        .map(drop)
-        .map_err(|e| {
-            cni_error(
-                &format!("set network-status of pod {}/{}", pod.namespace, pod.name),
-                &e,
-            )
-        })
+        });
+        let what = format!("set network-status of pod {}/{}", pod.namespace, pod.name);
+        let patched = patched.map_err(|e| cni_error(&what, &e))?;
+        // The answer is the patched pod: one about another pod means the write went elsewhere,
+        // or nowhere (checked as for the GETs).
+        let meta = &patched.metadata;
+        answers_for(
+            &what,
+            (
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+            ),
+            (&pod.namespace, &pod.name),
+        )
     }
 
     fn event(&self, pod: &Pod, kind: &str, reason: &str, message: &str) -> Result<(), CniError> {
@@ -672,5 +678,26 @@ mod tests {
         assert_eq!(e.code, ErrorCode::Io.code(), "{e}");
         assert!(e.msg.contains("403"), "{e}");
         assert_eq!(api.requests().len(), 1);
+    }
+
+    #[test]
+    fn a_status_patch_answered_for_another_pod_is_refused() {
+        // A proxy that answers the PATCH with another pod (and never applied it): the pod would
+        // run without its network-status while plumb reported success.
+        let (api, _dir, c) = cluster(Duration::from_secs(5));
+        let other_pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "default", "name": "someone-else", "uid": "u-2"},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}});
+        api.add_fault(
+            Fault::new(FaultKind::Body(200, other_pod.to_string()))
+                .method("PATCH")
+                .path("/api/v1/namespaces/default/pods/p/status")
+                .times(1),
+        );
+        let pod = c.pod("default", "p", false).unwrap().unwrap();
+        let e = c.set_network_status(&pod, "[]").unwrap_err();
+        assert!(e.msg.contains("set network-status of pod default/p"), "{e}");
+        assert!(e.msg.contains("default/someone-else"), "{e}");
+        c.set_network_status(&pod, "[]").unwrap();
     }
 }
