@@ -310,17 +310,69 @@ async fn send<T: serde::de::DeserializeOwned>(
     let request = request.map_err(kube::Error::BuildRequest)?;
     let answer = client.send(request.map(kube::client::Body::from)).await?;
     let code = answer.status().as_u16();
-    let body = answer.into_body().collect_bytes().await?;
-    if !(200..300).contains(&code) {
+    let success = (200..300).contains(&code);
+    let (body, whole) = read_at_most(answer.into_body(), MAX_ANSWER).await?;
+    if !success {
         let text = String::from_utf8_lossy(&body);
         let mut status = serde_json::from_str::<kube::core::Status>(&text)
             .ok()
             .filter(|s| !s.message.is_empty() || !s.reason.is_empty())
             .unwrap_or_else(|| kube::core::Status::failure(text.trim(), ""));
         status.code = code;
+        status.message = shortened(status.message, MAX_ERROR_MESSAGE);
         return Err(kube::Error::Api(status.boxed()));
     }
+    if !whole {
+        return Err(kube::Error::SerdeError(serde::de::Error::custom(format!(
+            "the answer is larger than {} MiB, more than any API object; not read",
+            MAX_ANSWER >> 20
+        ))));
+    }
     serde_json::from_slice(&body).map_err(kube::Error::SerdeError)
+}
+
+/// The most of an answer plumb reads: an API object is at most ~1.5 MiB (etcd's default
+/// request limit), so anything past this is not the API server's object, and holding it all
+/// could get the plugin killed for its memory (the runtime would get no error at all).
+const MAX_ANSWER: usize = 16 << 20;
+
+/// The most of an error answer's message kept in the CNI error (a proxy's error page can be
+/// megabytes).
+const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// The first `limit` bytes of `body`, and whether that is all of it.
+async fn read_at_most(
+    mut body: kube::client::Body,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), kube::Error> {
+    use tonic::codegen::Body as _;
+    let mut bytes = Vec::new();
+    while let Some(frame) =
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+    {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        if bytes.len() + data.len() > limit {
+            bytes.extend_from_slice(&data[..limit - bytes.len()]);
+            return Ok((bytes, false));
+        }
+        bytes.extend_from_slice(&data);
+    }
+    Ok((bytes, true))
+}
+
+/// `text` cut to at most `limit` bytes (on a character boundary), marked when cut.
+fn shortened(mut text: String, limit: usize) -> String {
+    if text.len() > limit {
+        let mut end = limit;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
 }
 
 /// A client from the kubeconfig file, its current context's token file read now.
@@ -699,5 +751,36 @@ mod tests {
         assert!(e.msg.contains("set network-status of pod default/p"), "{e}");
         assert!(e.msg.contains("default/someone-else"), "{e}");
         c.set_network_status(&pod, "[]").unwrap();
+    }
+
+    #[test]
+    fn a_huge_answer_is_refused_and_does_not_flood_the_error() {
+        // An API object is at most ~1.5 MiB (etcd's request limit); a proxy or a broken server
+        // that sends far more must not make plumb hold it all in memory (the runtime would see
+        // the plugin killed, with no error) nor copy it into the CNI error.
+        let (api, _dir, c) = cluster(Duration::from_secs(10));
+        let path = "/api/v1/namespaces/default/pods/p";
+        let huge_pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "default", "name": "p", "uid": "u",
+                         "annotations": {"x": "y".repeat(20 << 20)}},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}});
+        api.add_fault(
+            Fault::new(FaultKind::Body(200, huge_pod.to_string()))
+                .path(path)
+                .times(1),
+        );
+        let e = c.pod("default", "p", false).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Io.code(), "{e}");
+        assert!(
+            e.msg.contains("get pod default/p") && e.msg.contains("MiB"),
+            "{e}"
+        );
+        // An error page of a megabyte: the error keeps its start, not all of it.
+        let page = format!("<html>{}</html>", "z".repeat(1 << 20));
+        api.add_fault(Fault::new(FaultKind::Body(403, page)).path(path).times(1));
+        let e = c.pod("default", "p", false).unwrap_err();
+        assert!(e.msg.contains("<html>zzz") && e.msg.contains("403"), "{e}");
+        assert!(e.msg.len() < 2048, "{} bytes", e.msg.len());
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
     }
 }
