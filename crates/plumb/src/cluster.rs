@@ -165,7 +165,7 @@ fn cni_error(what: &str, f: &Failure) -> CniError {
 /// The real API, through kube-rs from a kubeconfig, on a current-thread tokio runtime. One is
 /// built per CNI call.
 pub struct KubeCluster {
-    rt: tokio::runtime::Runtime,
+    rt: Runtime,
     kubeconfig: PathBuf,
     /// Replaced once per call when the API refuses the token (401): see
     /// [`KubeCluster::with_retries`].
@@ -173,6 +173,30 @@ pub struct KubeCluster {
     /// How much of the budget this call's requests have spent so far.
     spent: Mutex<Duration>,
     budget: Duration,
+}
+
+/// The call's tokio runtime, shut down without waiting for its blocking threads. A host name
+/// in the kubeconfig is looked up by getaddrinfo on such a thread, which no timeout stops: with
+/// a DNS server that does not answer, each attempt gave up after [`CONNECT_TIMEOUT`] but its
+/// lookup ran on for the resolver's own timeouts, and dropping the runtime waited for every one
+/// of them, holding the CNI call well past [`API_BUDGET`]. Those threads end with the process.
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl Runtime {
+    fn block_on<F: std::future::Future>(&self, work: F) -> F::Output {
+        self.0
+            .as_ref()
+            .expect("the runtime is only taken when dropped")
+            .block_on(work)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// The client, and whether it was already built again after a 401.
@@ -193,6 +217,7 @@ impl KubeCluster {
             .enable_all()
             .build()
             .map_err(|e| CniError::new(ErrorCode::Internal, format!("tokio runtime: {e}")))?;
+        let rt = Runtime(Some(rt));
         let client = rt.block_on(client_from(kubeconfig))?;
         Ok(KubeCluster {
             rt,

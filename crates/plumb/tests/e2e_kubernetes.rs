@@ -822,3 +822,60 @@ fn an_api_server_that_does_not_answer_fails_the_call_in_bounded_time() {
     );
     c.assert_nothing_left(&ns, "cmute");
 }
+
+#[test]
+fn a_resolver_that_does_not_answer_does_not_hold_the_call_past_its_budget() {
+    // The kubeconfig names the API server by a host name and the node's DNS server has stopped
+    // answering. Each connection attempt gives up after 2 s, but the lookup (getaddrinfo, on a
+    // thread of its own) goes on for the resolver's own timeout; the call must not wait for
+    // those lookups before answering the runtime.
+    let c = Cluster::new(224);
+    let uid = c.pod("default", "nodns", json!({NETWORKS: "net-a"}));
+    // A DNS server that never answers, and plumb's own /etc/resolv.conf naming it.
+    let _silent_dns = std::net::UdpSocket::bind("127.0.0.77:53").unwrap();
+    let resolv = c.node.path("resolv.conf");
+    fs::write(
+        &resolv,
+        "nameserver 127.0.0.77\noptions timeout:30 attempts:1\n",
+    )
+    .unwrap();
+    let kubeconfig = c.node.path("kubeconfig-by-name");
+    let text = fs::read_to_string(c.config["kubeconfig"].as_str().unwrap()).unwrap();
+    let port = c.api.addr().port();
+    let text = text.replace(
+        &c.api.url(),
+        &format!("https://kube-api.plumb-test.example:{port}"),
+    );
+    assert!(text.contains("kube-api.plumb-test.example"), "{text}");
+    fs::write(&kubeconfig, text).unwrap();
+    let mut config = c.config.clone();
+    config["kubeconfig"] = json!(kubeconfig);
+    let ns = Netns::new();
+    let netns = ns.path().display().to_string();
+    let args =
+        format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=nodns;K8S_POD_UID={uid}");
+    let call = CniCall {
+        command: "ADD",
+        container_id: "cnodns",
+        netns: &netns,
+        ifname: "eth0",
+        args: &args,
+        config: &config,
+    };
+    let mount_resolv = format!(
+        "mount --bind {} /etc/resolv.conf && exec \"$0\"",
+        resolv.display()
+    );
+    let started = std::time::Instant::now();
+    let out = common::run_under(&call, &["unshare", "-m", "sh", "-c", &mount_resolv], &[]);
+    let took = started.elapsed();
+    let e = err(&out);
+    assert_eq!(e["code"], 11, "{e}");
+    assert!(
+        e["msg"].as_str().unwrap().contains("get pod default/nodns"),
+        "{e}"
+    );
+    // About 17 s of attempts and backoff; the last lookup alone would run 30 s more.
+    assert!(took < std::time::Duration::from_secs(25), "{took:?}");
+    c.assert_nothing_left(&ns, "cnodns");
+}

@@ -132,7 +132,21 @@ pub fn run(call: &CniCall<'_>) -> Output {
 
 /// [`run`], with the variables `unset` left out of plumb's environment.
 pub fn run_without(call: &CniCall<'_>, unset: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_plumb"));
+    run_under(call, &[], unset)
+}
+
+/// [`run_without`], plumb started by the command `wrapper` (its program and arguments, plumb's
+/// path appended), e.g. `unshare` to give it its own mounts.
+pub fn run_under(call: &CniCall<'_>, wrapper: &[&str], unset: &[&str]) -> Output {
+    let plumb = env!("CARGO_BIN_EXE_plumb");
+    let mut command = match wrapper.split_first() {
+        None => Command::new(plumb),
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(plumb);
+            c
+        }
+    };
     command
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
