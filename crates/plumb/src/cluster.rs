@@ -114,17 +114,19 @@ impl Failure {
     }
 }
 
-/// A failed request as a CNI error naming what was asked: API refusals keep the server's
+/// A failed request as a CNI error naming what was asked, and of which API server (a
+/// connection refused does not say where, and a kubeconfig with an old control-plane address
+/// is the first thing to rule out): API refusals keep the server's
 /// message; everything else is code 11 (try again later) when transient or out of time, else 5
 /// (I/O).
-fn cni_error(what: &str, f: &Failure) -> CniError {
+fn cni_error(server: &str, what: &str, f: &Failure) -> CniError {
     let e = match f {
         Failure::Kube(e) => e,
         Failure::NoAnswer(t) => {
             return CniError::new(
                 ErrorCode::TryAgainLater,
                 format!(
-                    "Kubernetes API: {what}: no whole answer within {} s",
+                    "Kubernetes API {server}: {what}: no whole answer within {} s",
                     t.as_secs_f32()
                 ),
             );
@@ -133,7 +135,7 @@ fn cni_error(what: &str, f: &Failure) -> CniError {
             return CniError::new(
                 ErrorCode::TryAgainLater,
                 format!(
-                    "Kubernetes API: {what}: no answer before the {} s this call may spend on \
+                    "Kubernetes API {server}: {what}: no answer before the {} s this call may spend on \
                      the API ran out",
                     budget.as_secs_f32()
                 ),
@@ -159,7 +161,7 @@ fn cni_error(what: &str, f: &Failure) -> CniError {
             msg
         }
     };
-    CniError::new(code, format!("Kubernetes API: {what}: {detail}"))
+    CniError::new(code, format!("Kubernetes API {server}: {what}: {detail}"))
 }
 
 /// The real API, through kube-rs from a kubeconfig, on a current-thread tokio runtime. One is
@@ -167,6 +169,8 @@ fn cni_error(what: &str, f: &Failure) -> CniError {
 pub struct KubeCluster {
     rt: Runtime,
     kubeconfig: PathBuf,
+    /// The API server's URL, for errors.
+    server: String,
     /// Replaced once per call when the API refuses the token (401): see
     /// [`KubeCluster::with_retries`].
     client: Mutex<Client>,
@@ -218,10 +222,11 @@ impl KubeCluster {
             .build()
             .map_err(|e| CniError::new(ErrorCode::Internal, format!("tokio runtime: {e}")))?;
         let rt = Runtime(Some(rt));
-        let client = rt.block_on(client_from(kubeconfig))?;
+        let (client, server) = rt.block_on(client_from(kubeconfig))?;
         Ok(KubeCluster {
             rt,
             kubeconfig: kubeconfig.to_path_buf(),
+            server,
             client: Mutex::new(Client {
                 client,
                 reread: false,
@@ -313,7 +318,7 @@ impl KubeCluster {
             c.reread = true;
         }
         match client_from(&self.kubeconfig).await {
-            Ok(client) => {
+            Ok((client, _)) => {
                 self.client.lock().unwrap_or_else(|p| p.into_inner()).client = client;
                 true
             }
@@ -400,8 +405,9 @@ fn shortened(mut text: String, limit: usize) -> String {
     text
 }
 
-/// A client from the kubeconfig file, its current context's token file read now.
-async fn client_from(kubeconfig: &Path) -> Result<kube::Client, CniError> {
+/// A client from the kubeconfig file, its current context's token file read now, and the API
+/// server's URL.
+async fn client_from(kubeconfig: &Path) -> Result<(kube::Client, String), CniError> {
     let bad = |e: &dyn std::fmt::Display| {
         CniError::new(
             ErrorCode::InvalidConfig,
@@ -418,8 +424,14 @@ async fn client_from(kubeconfig: &Path) -> Result<kube::Client, CniError> {
     cfg.connect_timeout = Some(CONNECT_TIMEOUT);
     cfg.read_timeout = Some(REQUEST_TIMEOUT);
     cfg.write_timeout = Some(REQUEST_TIMEOUT);
+    let server = cfg
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string();
     // The client spawns its connection tasks on the runtime this runs on.
-    kube::Client::try_from(cfg).map_err(|e| bad(&e))
+    let client = kube::Client::try_from(cfg).map_err(|e| bad(&e))?;
+    Ok((client, server))
 }
 
 impl Cluster for KubeCluster {
@@ -442,7 +454,7 @@ impl Cluster for KubeCluster {
                 Ok(Some(pod))
             }
             Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(cni_error(&what, &e)),
+            Err(e) => Err(cni_error(&self.server, &what, &e)),
         }
     }
 
@@ -467,7 +479,7 @@ impl Cluster for KubeCluster {
                 Ok(Some(nad))
             }
             Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(cni_error(&what, &e)),
+            Err(e) => Err(cni_error(&self.server, &what, &e)),
         }
     }
 
@@ -492,7 +504,7 @@ impl Cluster for KubeCluster {
             send::<KubePod>(&client, request).await
         });
         let what = format!("set network-status of pod {}/{}", pod.namespace, pod.name);
-        let patched = patched.map_err(|e| cni_error(&what, &e))?;
+        let patched = patched.map_err(|e| cni_error(&self.server, &what, &e))?;
         // The answer is the patched pod: one about another pod means the write went elsewhere,
         // or nowhere (checked as for the GETs).
         let meta = &patched.metadata;
@@ -539,7 +551,10 @@ impl Cluster for KubeCluster {
         let started = Instant::now();
         self.spend(self.attempt(started, api.create(&PostParams::default(), &event)))
             .map(drop)
-            .map_err(|e| cni_error(&format!("event on pod {}/{}", pod.namespace, pod.name), &e))
+            .map_err(|e| {
+                let what = format!("event on pod {}/{}", pod.namespace, pod.name);
+                cni_error(&self.server, &what, &e)
+            })
     }
 }
 
@@ -807,5 +822,21 @@ mod tests {
         assert!(e.msg.contains("<html>zzz") && e.msg.contains("403"), "{e}");
         assert!(e.msg.len() < 2048, "{} bytes", e.msg.len());
         assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
+    }
+
+    #[test]
+    fn errors_name_the_api_server() {
+        // "connection refused" alone does not say which address: a kubeconfig pointing at an
+        // old control-plane address is the first thing to rule out at 3 a.m.
+        let (api, _dir, c) = cluster(Duration::from_secs(5));
+        let server = api.url();
+        api.set_down(true);
+        let e = c.pod("default", "p", false).unwrap_err();
+        assert!(e.msg.contains("get pod default/p"), "{e}");
+        assert!(e.msg.contains(&server), "{server}: {e}");
+        api.set_down(false);
+        api.add_fault(Fault::new(FaultKind::Status(403, "Forbidden".into())).times(1));
+        let e = c.nad(&NetworkRef::new("default", "n")).unwrap_err();
+        assert!(e.msg.contains(&server), "{server}: {e}");
     }
 }

@@ -98,7 +98,7 @@ fn read_config(path: &Path) -> Result<Config, CniError> {
 /// The NAD store the arguments and configuration choose.
 enum Store {
     Files(FileNetworks),
-    Api(KubeCluster, PathBuf),
+    Api(Box<KubeCluster>, PathBuf),
     None(PathBuf),
 }
 
@@ -111,7 +111,10 @@ impl Store {
             return Ok(Store::Files(FileNetworks::from_dir(dir, conf_dir)?));
         }
         if let Some(k) = source.kubeconfig.as_ref().or(config.kubeconfig.as_ref()) {
-            return Ok(Store::Api(KubeCluster::from_kubeconfig(k)?, conf_dir));
+            return Ok(Store::Api(
+                Box::new(KubeCluster::from_kubeconfig(k)?),
+                conf_dir,
+            ));
         }
         if let Some(dir) = &config.nad_dir {
             return Ok(Store::Files(FileNetworks::from_dir(dir, conf_dir)?));
@@ -123,7 +126,7 @@ impl Store {
         match self {
             Store::Files(f) => Box::new(f),
             Store::Api(c, dir) => Box::new(NodeNetworks {
-                cluster: Some(c),
+                cluster: Some(&**c),
                 conf_dir: dir.clone(),
             }),
             Store::None(dir) => Box::new(NodeNetworks {
