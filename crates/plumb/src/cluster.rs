@@ -5,8 +5,9 @@
 //!
 //! Retries are plumb's own and bounded (kube-rs's default retry layer is turned off so that the
 //! total time is known): a pod that is not visible yet, and transient failures (5xx, 429,
-//! connection errors, no answer in time), are retried with backoff; in the end the error says
-//! what happened. There is never a fake success (multus-reference §8 quirk 5). Time is bounded
+//! connection errors, no answer in time), are retried with backoff, never sooner than the
+//! server's `Retry-After`; in the end the error says what happened. There is never a fake
+//! success (multus-reference §8 quirk 5). Time is bounded
 //! twice: each attempt by [`REQUEST_TIMEOUT`] (a server that trickles its answer included), and
 //! everything one CNI call asks of the API by [`API_BUDGET`], so that the error reaches the
 //! runtime before the runtime gives up on the call. A 401 is retried once with the kubeconfig and
@@ -102,6 +103,19 @@ impl Failure {
             Failure::Kube(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
             Failure::Kube(_) | Failure::OutOfTime(_) => false,
             Failure::NoAnswer(_) => true,
+        }
+    }
+
+    /// How long the server asked to wait before asking again (`Retry-After`, or the `Status`'s
+    /// `retryAfterSeconds`).
+    fn retry_after(&self) -> Duration {
+        match self {
+            Failure::Kube(kube::Error::Api(s)) => Duration::from_secs(
+                s.details
+                    .as_ref()
+                    .map_or(0, |d| u64::from(d.retry_after_seconds)),
+            ),
+            _ => Duration::ZERO,
         }
     }
 
@@ -298,9 +312,11 @@ impl KubeCluster {
                     continue;
                 }
                 let again = e.transient() || (retry_not_found && e.is_not_found());
-                match waits.next() {
-                    Some(wait) if again && *wait < self.left(started) => {
-                        tokio::time::sleep(*wait).await
+                // Never sooner than the server asked (a 429 from priority and fairness, as
+                // client-go waits); a wait past the budget ends the call now, with code 11.
+                match waits.next().map(|wait| (*wait).max(e.retry_after())) {
+                    Some(wait) if again && wait < self.left(started) => {
+                        tokio::time::sleep(wait).await
                     }
                     _ => return Err(e),
                 }
@@ -341,6 +357,11 @@ async fn send<T: serde::de::DeserializeOwned>(
     let answer = client.send(request.map(kube::client::Body::from)).await?;
     let code = answer.status().as_u16();
     let success = (200..300).contains(&code);
+    // Seconds only: the API server never sends the HTTP-date form.
+    let retry_after = answer
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u32>().ok());
     let (body, whole) = read_at_most(answer.into_body(), MAX_ANSWER).await?;
     if !success {
         let text = String::from_utf8_lossy(&body);
@@ -350,6 +371,23 @@ async fn send<T: serde::de::DeserializeOwned>(
             .unwrap_or_else(|| kube::core::Status::failure(text.trim(), ""));
         status.code = code;
         status.message = shortened(status.message, MAX_ERROR_MESSAGE);
+        // The priority-and-fairness filter's 429 has the wait in its header only.
+        if let Some(seconds) = retry_after {
+            match status.details.as_mut() {
+                Some(d) if d.retry_after_seconds == 0 => d.retry_after_seconds = seconds,
+                Some(_) => {}
+                None => {
+                    status.details = Some(kube::core::response::StatusDetails {
+                        name: String::new(),
+                        group: String::new(),
+                        kind: String::new(),
+                        uid: String::new(),
+                        causes: Vec::new(),
+                        retry_after_seconds: seconds,
+                    })
+                }
+            }
+        }
         return Err(kube::Error::Api(status.boxed()));
     }
     if !whole {
@@ -838,5 +876,36 @@ mod tests {
         api.add_fault(Fault::new(FaultKind::Status(403, "Forbidden".into())).times(1));
         let e = c.nad(&NetworkRef::new("default", "n")).unwrap_err();
         assert!(e.msg.contains(&server), "{server}: {e}");
+    }
+
+    #[test]
+    fn a_busy_server_is_asked_again_after_the_time_it_asks_for() {
+        // With its queues full, the API server's priority-and-fairness filter answers 429 with
+        // `Retry-After`; client-go (so Multus) waits that long. Asking again after 50, 100,
+        // 200 ms from every node of a large cluster only adds to the load it is shedding.
+        let (api, _dir, c) = cluster(Duration::from_secs(10));
+        let path = "/api/v1/namespaces/default/pods/p";
+        api.add_fault(
+            Fault::new(FaultKind::TooManyRequests(1))
+                .path(path)
+                .times(2),
+        );
+        let started = Instant::now();
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
+        assert!(
+            started.elapsed() >= Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        // A wait longer than what is left of the budget: code 11 at once, and the server is
+        // not asked again in vain.
+        api.clear_requests();
+        api.add_fault(Fault::new(FaultKind::TooManyRequests(60)).path(path));
+        let started = Instant::now();
+        let e = c.pod("default", "p", false).unwrap_err();
+        assert_eq!(e.code, ErrorCode::TryAgainLater.code(), "{e}");
+        assert!(e.msg.contains("429"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(1), "{e}");
+        assert_eq!(api.requests().len(), 1);
     }
 }

@@ -15,6 +15,9 @@ pub enum FaultKind {
     /// Answer `503 ServiceUnavailable`, as an API server that is shutting down or overloaded.
     /// Note that kube-rs retries 429/503/504 by default (up to 15 times, with backoff).
     Unavailable,
+    /// Answer `429` as the API server's priority-and-fairness (and max-in-flight) filter does
+    /// when its queues are full: a plain-text body and `Retry-After: <seconds>`, no `Status`.
+    TooManyRequests(u32),
     /// Close the connection without answering.
     Disconnect,
     /// Answer with this HTTP code and this JSON body instead of handling the request, as a

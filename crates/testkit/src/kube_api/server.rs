@@ -123,6 +123,8 @@ pub(crate) struct Reply {
     pub status: u16,
     pub content_type: &'static str,
     pub body: RespBody,
+    /// A `Retry-After` header, in seconds.
+    pub retry_after: Option<u32>,
 }
 
 impl Reply {
@@ -131,6 +133,7 @@ impl Reply {
             status,
             content_type: "application/json",
             body: RespBody::Full(Some(Bytes::from(body))),
+            retry_after: None,
         }
     }
 
@@ -147,6 +150,7 @@ impl Reply {
             status,
             content_type: "text/plain; charset=utf-8",
             body: RespBody::Full(Some(Bytes::from(body))),
+            retry_after: None,
         }
     }
 
@@ -155,6 +159,7 @@ impl Reply {
             status: 200,
             content_type: "application/json",
             body: RespBody::Stream(rx),
+            retry_after: None,
         }
     }
 
@@ -171,6 +176,9 @@ impl Reply {
         );
         if let Ok(id) = HeaderValue::from_str(&new_uid()) {
             headers.insert("audit-id", id);
+        }
+        if let Some(seconds) = self.retry_after {
+            headers.insert("retry-after", HeaderValue::from(seconds));
         }
         if close {
             // The rest of the body was never read, so the connection cannot carry another
@@ -317,6 +325,11 @@ async fn handle(
         }
         Some(FaultKind::Status(code, reason)) => Reply::error(&ApiError::injected(code, &reason)),
         Some(FaultKind::Body(code, body)) => Reply::json(code, body),
+        // `tooManyRequests` in apiserver's filters: `http.Error` with a fixed text.
+        Some(FaultKind::TooManyRequests(seconds)) => Reply {
+            retry_after: Some(seconds),
+            ..Reply::text(429, "Too many requests, please try again later.\n")
+        },
         Some(FaultKind::Unavailable) => {
             Reply::error(&ApiError::injected(503, "ServiceUnavailable"))
         }
