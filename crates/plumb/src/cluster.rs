@@ -677,14 +677,19 @@ mod tests {
         (api, dir, c)
     }
 
+    /// A pod other than the `default/p` the tests ask for, as a misbehaving proxy answers.
+    fn someone_else() -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"namespace": "default", "name": "someone-else", "uid": "u-2"},
+               "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    }
+
     #[test]
     fn an_answer_about_another_object_is_refused() {
         // A proxy that answers with another pod or NAD than the one asked for: plumb would plan
         // from, or patch the status of, the wrong object. The call fails and names both.
         let (api, _dir, c) = cluster(Duration::from_secs(5));
-        let other_pod = json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"namespace": "default", "name": "someone-else", "uid": "u-2"},
-            "spec": {"containers": [{"name": "c", "image": "x"}]}});
+        let other_pod = someone_else();
         api.add_fault(
             Fault::new(FaultKind::Body(200, other_pod.to_string()))
                 .path("/api/v1/namespaces/default/pods/p")
@@ -815,9 +820,7 @@ mod tests {
         // A proxy that answers the PATCH with another pod (and never applied it): the pod would
         // run without its network-status while plumb reported success.
         let (api, _dir, c) = cluster(Duration::from_secs(5));
-        let other_pod = json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"namespace": "default", "name": "someone-else", "uid": "u-2"},
-            "spec": {"containers": [{"name": "c", "image": "x"}]}});
+        let other_pod = someone_else();
         api.add_fault(
             Fault::new(FaultKind::Body(200, other_pod.to_string()))
                 .method("PATCH")

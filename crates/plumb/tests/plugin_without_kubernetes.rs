@@ -7,7 +7,7 @@ mod common;
 
 use std::fs;
 
-use common::{CniCall, Node, err, ok, run, run_without};
+use common::{CniCall, Node, err, ok, run, run_node_wide, run_without};
 use serde_json::{Value, json};
 use testkit::netns::{Link, Netns, unique_name};
 
@@ -341,14 +341,7 @@ fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
 
     let mut gc = p.config.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "c-live", "ifname": "eth0"}]);
-    ok(&run(&CniCall {
-        command: "GC",
-        container_id: "",
-        netns: "",
-        ifname: "",
-        args: "",
-        config: &gc,
-    }));
+    ok(&run_node_wide("GC", &gc));
     assert_eq!(
         p.node.all_allocations(),
         2,
@@ -370,16 +363,7 @@ fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
 
     // STATUS: ready while the default network is (these delegates speak 1.0.0, which has no
     // STATUS of its own); not available (code 50) while its readiness file is missing.
-    let status = |config: &Value| {
-        run(&CniCall {
-            command: "STATUS",
-            container_id: "",
-            netns: "",
-            ifname: "",
-            args: "",
-            config,
-        })
-    };
+    let status = |config: &Value| run_node_wide("STATUS", config);
     ok(&status(&p.config));
     let mut waiting = p.config.clone();
     waiting["readinessindicatorfile"] = json!(p.node.path("not-yet"));

@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{CniCall, Node, err, ok, run};
+use common::{CniCall, Node, err, ok, run, run_node_wide};
 use serde_json::{Value, json};
 use testkit::netns::{Link, Netns, unique_name};
 
@@ -203,14 +203,7 @@ fn the_runtimes_gc_leaves_what_attach_made() {
 
     let mut gc = config.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "c-other", "ifname": "eth0"}]);
-    ok(&run(&CniCall {
-        command: "GC",
-        container_id: "",
-        netns: "",
-        ifname: "",
-        args: "",
-        config: &gc,
-    }));
+    ok(&run_node_wide("GC", &gc));
     assert_eq!(
         ns.addresses("net1"),
         ["10.219.2.2/24"],

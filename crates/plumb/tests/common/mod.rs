@@ -130,6 +130,18 @@ pub fn run(call: &CniCall<'_>) -> Output {
     run_without(call, &[])
 }
 
+/// A call for the whole node, with no container (GC, STATUS).
+pub fn run_node_wide(command: &str, config: &Value) -> Output {
+    run(&CniCall {
+        command,
+        container_id: "",
+        netns: "",
+        ifname: "",
+        args: "",
+        config,
+    })
+}
+
 /// [`run`], with the variables `unset` left out of plumb's environment.
 pub fn run_without(call: &CniCall<'_>, unset: &[&str]) -> Output {
     run_under(call, &[], unset)
