@@ -350,9 +350,8 @@ impl KubeCluster {
 /// in front of it) answered; the body only explains it.
 async fn send<T: serde::de::DeserializeOwned>(
     client: &kube::Client,
-    request: Result<tonic::codegen::http::Request<Vec<u8>>, kube::core::request::Error>,
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
 ) -> Result<T, kube::Error> {
-    // (`http` as tonic re-exports it: the same crate kube-rs uses, no dependency of its own.)
     let request = request.map_err(kube::Error::BuildRequest)?;
     let answer = client.send(request.map(kube::client::Body::from)).await?;
     let code = answer.status().as_u16();
@@ -413,7 +412,7 @@ async fn read_at_most(
     mut body: kube::client::Body,
     limit: usize,
 ) -> Result<(Vec<u8>, bool), kube::Error> {
-    use tonic::codegen::Body as _;
+    use http_body::Body as _;
     let mut bytes = Vec::new();
     while let Some(frame) =
         std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
