@@ -112,10 +112,13 @@ fn recorded(a: &Attachment, container_id: &str, dirs: &DeviceInfoDirs) -> Record
             Value::String(path.to_string_lossy().into_owned()),
         );
     }
+    let config = list_json(&a.list);
+    let network_config = Some(list_json(&a.network_list)).filter(|n| *n != config);
     RecordedAttachment {
         network: a.network.clone(),
         ifname: a.ifname.clone(),
-        config: list_json(&a.list),
+        config,
+        network_config,
         capability_args,
         default: a.is_default,
         device_info_file,
@@ -149,9 +152,19 @@ fn delete_device_info_file(
     netattach::device_info_files::delete(path).map_err(CniError::from)
 }
 
-/// The configuration list of a recorded attachment.
+/// The configuration list of a recorded attachment, as its delegates were run with it.
 pub fn recorded_list(a: &RecordedAttachment) -> Result<NetworkConfigList, CniError> {
-    let bytes = serde_json::to_vec(&a.config).unwrap_or_default();
+    parse_recorded(&a.config, a)
+}
+
+/// The network's own configuration list of a recorded attachment, as GC and STATUS run the
+/// network: without what the attachment added to it ([`RecordedAttachment::network_config`]).
+pub fn recorded_network_list(a: &RecordedAttachment) -> Result<NetworkConfigList, CniError> {
+    parse_recorded(a.network_config.as_ref().unwrap_or(&a.config), a)
+}
+
+fn parse_recorded(config: &Value, a: &RecordedAttachment) -> Result<NetworkConfigList, CniError> {
+    let bytes = serde_json::to_vec(config).unwrap_or_default();
     NetworkConfigList::from_any_bytes(&bytes).map_err(|e| {
         e.context(format!(
             "attachment record: network {} interface {}",
@@ -688,15 +701,17 @@ mod tests {
 
     /// An attachment of one delegate, `plugin_type`, which the fake executors take as its path.
     fn attachment(name: &str, ifname: &str, plugin_type: &str) -> Attachment {
+        let list = NetworkConfigList::from_any_bytes(
+            json!({"cniVersion": "1.0.0", "name": name, "type": plugin_type})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
         Attachment {
             network: name.into(),
             ifname: ifname.into(),
-            list: NetworkConfigList::from_any_bytes(
-                json!({"cniVersion": "1.0.0", "name": name, "type": plugin_type})
-                    .to_string()
-                    .as_bytes(),
-            )
-            .unwrap(),
+            network_list: list.clone(),
+            list,
             capability_args: Map::new(),
             is_default: ifname == "eth0",
             default_route: None,

@@ -97,6 +97,10 @@ pub struct Attachment {
     pub ifname: String,
     /// The delegates' configuration list, `name` injected and `cni-args` merged.
     pub list: NetworkConfigList,
+    /// The network's own configuration list (`name` injected), without what this attachment
+    /// adds to it (`cni-args`, an IPAM claim, a device ID): what GC and STATUS run the network
+    /// with, since they concern the network and no one pod.
+    pub network_list: NetworkConfigList,
     /// The capability arguments its delegates get as `runtimeConfig` (each plugin only those
     /// it declares).
     pub capability_args: Map<String, Value>,
@@ -173,6 +177,8 @@ struct Taken {
 struct Resolved {
     network: String,
     list: NetworkConfigList,
+    /// `list` before a device ID was set in it ([`Attachment::network_list`]).
+    network_list: NetworkConfigList,
     device: Option<Device>,
     resource: Option<String>,
 }
@@ -200,6 +206,7 @@ impl Planner<'_> {
             network: r.network,
             ifname,
             list: r.list,
+            network_list: r.network_list,
             capability_args,
             is_default,
             default_route: None,
@@ -317,6 +324,7 @@ impl Planner<'_> {
             let Resolved {
                 network,
                 list,
+                network_list,
                 device,
                 resource,
             } = self.nad_network(&r)?;
@@ -338,6 +346,7 @@ impl Planner<'_> {
                 network,
                 ifname,
                 list,
+                network_list,
                 capability_args: capability_args(
                     element,
                     device.as_ref().map(|d| d.id.as_str()),
@@ -431,6 +440,7 @@ impl Planner<'_> {
             Some(resource) => self.take_device(r, resource)?,
             None => None,
         };
+        let network_list = list.clone();
         let list = match &device {
             Some(d) => set_device_id(&list, &d.id),
             None => list,
@@ -438,6 +448,7 @@ impl Planner<'_> {
         Ok(Resolved {
             network: r.to_string(),
             list,
+            network_list,
             device,
             resource: nad.resource_name().map(str::to_string),
         })
@@ -550,6 +561,7 @@ impl Resolved {
     fn file(list: NetworkConfigList) -> Resolved {
         Resolved {
             network: list.name.clone(),
+            network_list: list.clone(),
             list,
             device: None,
             resource: None,

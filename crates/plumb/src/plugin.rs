@@ -500,12 +500,14 @@ impl Plumb<'_> {
         Ok(())
     }
 
-    /// Every network plumb knows of: the configured ones, and those of the `records`, with the
-    /// recorded configurations that could not be read. A record that cannot be read (damaged,
-    /// or written by another plumb version) only leaves its networks out: one bad file must not
-    /// make STATUS report the node's network down. A name that two different configurations
-    /// share is left out (with a log line): which plugins would collect its garbage cannot be
-    /// told.
+    /// Every network plumb knows of, each configuration once: the configured ones, and those
+    /// of the `records` (as the network's own configuration, without what one pod added: its
+    /// `cni-args`, IPAM claim or device), with the recorded configurations that could not be
+    /// read. A record that cannot be read (damaged, or written by another plumb version) only
+    /// leaves its networks out: one bad file must not make STATUS report the node's network
+    /// down. A network whose configuration changed while pods attached with the old one still
+    /// run (its NAD was edited) is listed with each: GC must reach what each of them allocated,
+    /// and each is given every live attachment of the network as valid.
     fn known_networks(
         &self,
         call: &Call,
@@ -515,12 +517,12 @@ impl Plumb<'_> {
             .plan(None, "eth0", None)?
             .attachments
             .into_iter()
-            .map(|a| a.list)
+            .map(|a| a.network_list)
             .collect();
         let mut unreadable = Vec::new();
         for r in records {
             for a in &r.attachments {
-                match crate::execute::recorded_list(a) {
+                match crate::execute::recorded_network_list(a) {
                     Ok(l) => lists.push(l),
                     Err(e) => unreadable.push((
                         Some(r.container_id.clone()),
@@ -531,23 +533,14 @@ impl Plumb<'_> {
         }
         // First occurrence wins the position (the default network stays first).
         let mut out: Vec<NetworkConfigList> = Vec::new();
-        let mut ambiguous = BTreeSet::new();
         for l in lists {
-            match out.iter().find(|seen| seen.name == l.name) {
-                Some(seen) if seen.plugins != l.plugins => {
-                    ambiguous.insert(l.name.clone());
-                }
-                Some(_) => {}
-                None => out.push(l),
+            if !out
+                .iter()
+                .any(|seen| seen.name == l.name && seen.plugins == l.plugins)
+            {
+                out.push(l);
             }
         }
-        for name in &ambiguous {
-            call.log.error(&format!(
-                "network name {name:?} is used by different configurations; it is left out of \
-                 GC and STATUS"
-            ));
-        }
-        out.retain(|l| !ambiguous.contains(&l.name));
         Ok((out, unreadable))
     }
 

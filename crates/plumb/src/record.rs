@@ -64,6 +64,12 @@ pub struct RecordedAttachment {
     pub ifname: String,
     /// The exact configuration list the delegates were run with.
     pub config: Value,
+    /// The network's own configuration list, when the delegates' differs from it by what this
+    /// attachment added (its `cni-args`, IPAM claim or device ID): what GC and STATUS run the
+    /// network with. Absent in records of plumb before 2026-11-24, which GC and STATUS read
+    /// from `config` as they did then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_config: Option<Value>,
     /// Capability arguments given to the delegates.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub capability_args: Map<String, Value>,
@@ -233,6 +239,7 @@ mod tests {
                 network: "default/net-a".into(),
                 ifname: "net1".into(),
                 config: json!({"cniVersion": "1.0.0", "name": "net-a", "plugins": [{"type": "bridge"}]}),
+                network_config: None,
                 capability_args: Map::new(),
                 default: false,
                 device_info_file: None,

@@ -454,6 +454,94 @@ fn status_and_gc_reach_every_known_network() {
     assert!(node.record("c-live").exists());
 }
 
+/// A NAD `net-x` of the fake plugin `fake-b` in `dir` (read through `plumbNadDir`), with the
+/// extra configuration keys `extra`.
+fn write_fake_nad(dir: &std::path::Path, extra: Value) {
+    let mut config = json!({"cniVersion": "1.1.0", "type": "fake-b"});
+    for (k, v) in extra.as_object().unwrap() {
+        config[k] = v.clone();
+    }
+    fs::create_dir_all(dir).unwrap();
+    let nad = json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": "net-x"}, "spec": {"config": config.to_string()}});
+    fs::write(dir.join("net-x.json"), nad.to_string()).unwrap();
+}
+
+#[test]
+fn status_and_gc_reach_a_network_each_pod_attaches_with_its_own_arguments() {
+    // Pods that select one NAD with their own `cni-args` (or IPAM claim, or device) give each
+    // attachment its own delegate configuration, but it is one network: STATUS and GC reach
+    // it, with the NAD's own configuration, not one pod's arguments. So does a NAD edited
+    // while pods attached with its old configuration still run: GC reaches both
+    // configurations, each with every live attachment of the network as valid.
+    use testkit::fake_plugin::FakePlugin;
+    let node = Node::new();
+    let bin = node.path("bin");
+    let a = FakePlugin::install(&bin, "fake-a");
+    let b = FakePlugin::install(&bin, "fake-b");
+    let nads = node.path("nads");
+    write_fake_nad(&nads, json!({}));
+    let mut config = node.config(json!({"cniVersion": "1.1.0", "binDir": bin,
+        "plumbNadDir": nads,
+        "delegates": [{"cniVersion": "1.1.0", "name": "net-a", "type": "fake-a"}]}));
+    let call = |command: &str, cid: &str, args: &str, config: &Value| {
+        run(&CniCall {
+            command,
+            container_id: cid,
+            netns: "/var/run/netns/fake",
+            ifname: "eth0",
+            args,
+            config,
+        })
+    };
+    let selecting = |vf: &str| {
+        format!(r#"IgnoreUnknown=1;PLUMB_NETWORKS=[{{"name":"net-x","cni-args":{{"vf":"{vf}"}}}}]"#)
+    };
+    ok(&call("ADD", "c-1", &selecting("1"), &config));
+    ok(&call("ADD", "c-2", &selecting("2"), &config));
+    let added = b.calls_of("ADD");
+    assert_eq!(added[0].stdin_json()["args"]["cni"]["vf"], "1");
+    assert_eq!(added[1].stdin_json()["args"]["cni"]["vf"], "2");
+    // The record keeps the network's own configuration only where the pod added to it.
+    let record: Value = serde_json::from_slice(&fs::read(node.record("c-1")).unwrap()).unwrap();
+    assert!(record["attachments"][0].get("networkConfig").is_none());
+    let own = &record["attachments"][1]["networkConfig"];
+    assert!(own["plugins"][0].get("args").is_none(), "{own}");
+
+    ok(&call("STATUS", "", "", &config));
+    let status = b.calls_of("STATUS");
+    assert_eq!(status.len(), 1, "net-x was left out of STATUS");
+    assert_eq!(status[0].stdin_json()["name"], "net-x");
+    assert!(
+        status[0].stdin_json().get("args").is_none(),
+        "one pod's arguments"
+    );
+
+    // The NAD changes; a third pod attaches with the new configuration.
+    write_fake_nad(&nads, json!({"mtu": 1400}));
+    ok(&call("ADD", "c-3", &selecting("3"), &config));
+    config["cni.dev/valid-attachments"] = json!([
+        {"containerID": "c-1", "ifname": "eth0"}, {"containerID": "c-3", "ifname": "eth0"}]);
+    ok(&call("GC", "", "", &config));
+    let dels = b.calls_of("DEL");
+    assert_eq!(dels.len(), 1);
+    assert_eq!(dels[0].var("CNI_CONTAINERID"), Some("c-2"));
+    let gc = b.calls_of("GC");
+    assert_eq!(gc.len(), 2, "each configuration of net-x gets GC");
+    let mtus: Vec<Value> = gc.iter().map(|c| c.stdin_json()["mtu"].clone()).collect();
+    assert_eq!(mtus, [Value::Null, json!(1400)]);
+    for c in &gc {
+        let stdin = c.stdin_json();
+        assert!(stdin.get("args").is_none(), "one pod's arguments: {stdin}");
+        assert_eq!(
+            stdin["cni.dev/valid-attachments"],
+            json!([{"containerID": "c-1", "ifname": "net1"},
+                   {"containerID": "c-3", "ifname": "net1"}])
+        );
+    }
+    assert_eq!(a.calls_of("GC").len(), 1);
+}
+
 #[test]
 fn attachments_after_a_failure_are_neither_added_nor_deleted() {
     // multi-net spec §7.2: "attachments that have not yet been performed shall not be

@@ -434,6 +434,13 @@ fn cni_args_and_ipam_claims_reach_args_cni_of_every_plugin() {
         list.plugins[1].raw["args"]["cni"],
         json!({"over": "pod", "x": true, "ipam-claim-reference": "claim-1"})
     );
+    // The network itself, as GC and STATUS run it, is the NAD's: no pod's arguments.
+    let network = &p.attachments[1].network_list;
+    assert_eq!(
+        network.plugins[0].raw["args"]["cni"],
+        json!({"keep": 1, "over": "nad"})
+    );
+    assert!(!network.plugins[1].raw.contains_key("args"));
 }
 
 #[test]
@@ -658,6 +665,10 @@ fn attachments_of_one_resource_take_distinct_devices_in_selection_order() {
         assert_eq!(plugin.raw["pciBusID"], json!("0000:18:02.3"));
     }
     assert_eq!(a.capability_args["deviceID"], json!("0000:18:02.3"));
+    // The network itself, as GC and STATUS run it, has no one pod's device.
+    for plugin in &a.network_list.plugins {
+        assert!(!plugin.raw.contains_key("deviceID") && !plugin.raw.contains_key("pciBusID"));
+    }
     // The default network is not device-backed and untouched.
     assert!(
         !p.attachments[0].list.plugins[0]
