@@ -1,6 +1,7 @@
 //! Where a node finds delegate configurations (the planner's [`Networks`] seam): NADs from the
 //! API server, and configuration files from plumb's `confDir` or a configured path, read as
-//! libcni reads them (multi-net spec §3.4.1).
+//! libcni reads them (multi-net spec §3.4.1). For STATUS, NADs that recorded pods attached
+//! come from their records ([`RecordedNads`]).
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +11,9 @@ use cni::error::{CniError, ErrorCode};
 use netattach::{NetworkAttachmentDefinition, NetworkRef};
 
 use crate::cluster::Cluster;
+use crate::execute::recorded_network_list;
 use crate::plan::Networks;
+use crate::record::Record;
 
 /// NADs from `cluster` (none without Kubernetes), files from `conf_dir`.
 pub struct NodeNetworks<'a> {
@@ -45,5 +48,50 @@ impl Networks for NodeNetworks<'_> {
             return conf_dir::load_file(first);
         }
         conf_dir::load_file(path)
+    }
+}
+
+/// NADs for STATUS, which the runtime asks every few seconds on every node (with containerd,
+/// at each of the kubelet's runtime-status polls): a NAD that a recorded pod attached is read
+/// from its record, as the network's own configuration that ADD got from the API, so that a
+/// node with pods asks the API server nothing. An API outage or throttling then does not mark
+/// every node's network not ready, and thousands of nodes do not each open a TLS connection to
+/// the API server every few seconds. A NAD no record names comes from `fallback` (the API, or
+/// `plumbNadDir`), which is built only then. Files are read as ADD reads them.
+///
+/// What it cannot see: a NAD edited since the last ADD on the node is checked as it was until
+/// the next ADD records the new configuration (which STATUS then checks too).
+pub struct RecordedNads<'a> {
+    pub records: &'a [Record],
+    pub fallback: &'a dyn Fn() -> Result<Box<dyn Networks + 'a>, CniError>,
+    pub files: NodeNetworks<'a>,
+}
+
+impl Networks for RecordedNads<'_> {
+    fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
+        let qualified = r.to_string();
+        let recorded = self
+            .records
+            .iter()
+            .flat_map(|rec| &rec.attachments)
+            .filter(|a| a.network == qualified)
+            // An unreadable one is reported by STATUS's reading of every record.
+            .find_map(|a| recorded_network_list(a).ok());
+        match recorded {
+            Some(list) => Ok(Some(NetworkAttachmentDefinition::new(
+                &r.namespace,
+                &r.name,
+                Some(String::from_utf8_lossy(&list.bytes).into_owned()),
+            ))),
+            None => (self.fallback)()?.nad(r),
+        }
+    }
+
+    fn conf_by_name(&self, name: &str) -> Result<Option<NetworkConfigList>, CniError> {
+        self.files.conf_by_name(name)
+    }
+
+    fn conf_at(&self, path: &Path) -> Result<NetworkConfigList, CniError> {
+        self.files.conf_at(path)
     }
 }

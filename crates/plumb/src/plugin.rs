@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::devices::KubeletDevices;
 use crate::execute::{Added, DefaultRoutes, Executor, Sandbox};
 use crate::log::Log;
-use crate::networks::NodeNetworks;
+use crate::networks::{NodeNetworks, RecordedNads};
 use crate::plan::{self, Devices, Plan, Pod};
 use crate::pod_args::PodArgs;
 use crate::pod_resources::KubeletPodResources;
@@ -508,13 +508,18 @@ impl Plumb<'_> {
     /// down. A network whose configuration changed while pods attached with the old one still
     /// run (its NAD was edited) is listed with each: GC must reach what each of them allocated,
     /// and each is given every live attachment of the network as valid.
+    /// The configured networks are found through `networks`.
     fn known_networks(
         &self,
         call: &Call,
         records: &[Record],
+        networks: &dyn plan::Networks,
     ) -> Result<(Vec<NetworkConfigList>, Vec<Unreadable>), CniError> {
-        let mut lists: Vec<NetworkConfigList> = call
-            .plan(None, "eth0", None)?
+        let configured = plan::plan(&call.config, None, "eth0", networks, None)?;
+        for w in &configured.warnings {
+            call.log.verbose(w);
+        }
+        let mut lists: Vec<NetworkConfigList> = configured
             .attachments
             .into_iter()
             .map(|a| a.network_list)
@@ -625,7 +630,10 @@ impl Plumb<'_> {
         };
         // The records left now that the stale sandboxes are gone.
         let (records, mut unreadable) = recorded_sandboxes(call);
-        let (networks, unusable) = match self.known_networks(call, &records) {
+        let (networks, unusable) = match call
+            .networks()
+            .and_then(|n| self.known_networks(call, &records, &*n))
+        {
             Ok(known) => known,
             Err(e) => {
                 errors.push(e.context("GC of the delegate networks skipped"));
@@ -739,10 +747,20 @@ impl Plugin for Plumb<'_> {
         }
         // known_networks lists the configured networks first, the default one leading. A record
         // it could not read says nothing of whether pods can be attached: logged at verbose,
-        // since STATUS comes every few seconds (GC reports it).
+        // since STATUS comes every few seconds (GC reports it). NADs that recorded pods
+        // attached are read from their records, not from the API server (RecordedNads).
         let (records, mut unreadable) = recorded_sandboxes(&call);
+        let fallback = || call.networks();
+        let recorded_nads = RecordedNads {
+            records: &records,
+            fallback: &fallback,
+            files: NodeNetworks {
+                cluster: None,
+                conf_dir: call.config.conf_dir.clone(),
+            },
+        };
         let (networks, unusable) = self
-            .known_networks(&call, &records)
+            .known_networks(&call, &records, &recorded_nads)
             .map_err(not_available)?;
         unreadable.extend(unusable);
         for (_, e) in &unreadable {

@@ -8,7 +8,7 @@ mod common;
 use std::fs;
 use std::process::Command;
 
-use common::{CniCall, Node, err, ok, run};
+use common::{CniCall, Node, err, ok, run, run_node_wide};
 use serde_json::{Value, json};
 use testkit::kube_api::{KubeApi, KubeApiOptions, KubeconfigUser, Resource};
 use testkit::netns::{Link, Netns, unique_name};
@@ -878,4 +878,46 @@ fn a_resolver_that_does_not_answer_does_not_hold_the_call_past_its_budget() {
     // About 17 s of attempts and backoff; the last lookup alone would run 30 s more.
     assert!(took < std::time::Duration::from_secs(25), "{took:?}");
     c.assert_nothing_left(&ns, "cnodns");
+}
+
+#[test]
+fn status_of_a_node_with_pods_asks_the_api_server_nothing() {
+    // The runtime asks STATUS every few seconds on every node. The cluster network here is a
+    // NAD: once a pod's record says how it resolved, STATUS reads it from there, so an API
+    // server that is down or refuses does not mark the node's network not ready.
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(225);
+    let mut config = c.config.clone();
+    config["cniVersion"] = json!("1.1.0");
+    let status = || run_node_wide("STATUS", &config);
+    // No pod yet: only the API server can tell what the NAD is, and it refuses.
+    c.api
+        .add_fault(Fault::new(FaultKind::Status(403, "Forbidden".into())).times(1));
+    let e = err(&status());
+    assert_eq!(e["code"], 50, "{e}");
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("kube-system/default-net"),
+        "{e}"
+    );
+    ok(&status());
+
+    let uid = c.pod("default", "st", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let pod = ("default", "st", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "cst"));
+    c.api.clear_requests();
+    ok(&status());
+    assert_eq!(c.api.requests().len(), 0, "{:?}", c.api.requests());
+    c.api.set_down(true);
+    ok(&status());
+
+    // The pod gone, the node has nothing to say: the API server is asked again.
+    ok(&c.call("DEL", &ns, pod, "cst"));
+    c.api.set_down(false);
+    c.api.clear_requests();
+    ok(&status());
+    assert_eq!(c.api.requests().len(), 1, "{:?}", c.api.requests());
 }
