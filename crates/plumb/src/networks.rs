@@ -57,10 +57,11 @@ impl Networks for NodeNetworks<'_> {
 /// node with pods asks the API server nothing. An API outage or throttling then does not mark
 /// every node's network not ready, and thousands of nodes do not each open a TLS connection to
 /// the API server every few seconds. A NAD no record names comes from `fallback` (the API, or
-/// `plumbNadDir`), which is built only then. Files are read as ADD reads them.
+/// `plumbNadDir`), which is built only then; a name that recorded pods got from a configuration
+/// file is taken to be no NAD. Files are read as ADD reads them.
 ///
-/// What it cannot see: a NAD edited since the last ADD on the node is checked as it was until
-/// the next ADD records the new configuration (which STATUS then checks too).
+/// What it cannot see: a NAD edited (or made) since the last ADD on the node is checked as it
+/// was until the next ADD records the new configuration (which STATUS then checks too).
 pub struct RecordedNads<'a> {
     pub records: &'a [Record],
     pub fallback: &'a dyn Fn() -> Result<Box<dyn Networks + 'a>, CniError>,
@@ -70,21 +71,26 @@ pub struct RecordedNads<'a> {
 impl Networks for RecordedNads<'_> {
     fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
         let qualified = r.to_string();
-        let recorded = self
-            .records
-            .iter()
-            .flat_map(|rec| &rec.attachments)
+        let mut attachments = self.records.iter().flat_map(|rec| &rec.attachments);
+        let recorded = attachments
+            .clone()
             .filter(|a| a.network == qualified)
             // An unreadable one is reported by STATUS's reading of every record.
             .find_map(|a| recorded_network_list(a).ok());
-        match recorded {
-            Some(list) => Ok(Some(NetworkAttachmentDefinition::new(
+        if let Some(list) = recorded {
+            return Ok(Some(NetworkAttachmentDefinition::new(
                 &r.namespace,
                 &r.name,
                 Some(String::from_utf8_lossy(&list.bytes).into_owned()),
-            ))),
-            None => (self.fallback)()?.nad(r),
+            )));
         }
+        // A configured name that recorded pods got from a file (a network named without a
+        // namespace) was no NAD at their ADD: the usual `clusterNetwork` naming the primary
+        // plugin's configuration file would otherwise ask the API server for it every time.
+        if attachments.any(|a| a.network == r.name) {
+            return Ok(None);
+        }
+        (self.fallback)()?.nad(r)
     }
 
     fn conf_by_name(&self, name: &str) -> Result<Option<NetworkConfigList>, CniError> {

@@ -921,3 +921,30 @@ fn status_of_a_node_with_pods_asks_the_api_server_nothing() {
     ok(&status());
     assert_eq!(c.api.requests().len(), 1, "{:?}", c.api.requests());
 }
+
+#[test]
+fn status_of_a_cluster_network_from_a_file_asks_the_api_server_nothing_either() {
+    // The usual Multus configuration: `clusterNetwork` names the primary plugin's file, which
+    // ADD finds after the API server says there is no such NAD. Once a pod's record says so,
+    // STATUS does not ask again.
+    let mut c = Cluster::new(226);
+    let conf = c.node.path("conf");
+    fs::create_dir_all(&conf).unwrap();
+    let bridge = unique_name("kf");
+    let _adopted = Link::adopt(&bridge);
+    let mut file = c.node.bridge("file-net", &bridge, 226);
+    file["cniVersion"] = json!("1.0.0");
+    fs::write(conf.join("10-file.conf"), file.to_string()).unwrap();
+    c.config["clusterNetwork"] = json!("file-net");
+    let mut config = c.config.clone();
+    config["cniVersion"] = json!("1.1.0");
+    let uid = c.pod("default", "fst", json!({}));
+    let ns = Netns::new();
+    let pod = ("default", "fst", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "cfst"));
+    assert_eq!(ns.addresses("eth0").len(), 1);
+    c.api.clear_requests();
+    ok(&run_node_wide("STATUS", &config));
+    assert_eq!(c.api.requests().len(), 0, "{:?}", c.api.requests());
+    ok(&c.call("DEL", &ns, pod, "cfst"));
+}
