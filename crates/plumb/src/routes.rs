@@ -742,12 +742,7 @@ impl Netlink {
         Ok(replies
             .into_iter()
             .filter_map(|m| match m {
-                RouteNetlinkMessage::NewAddress(a) => Some(a.attributes),
-                _ => None,
-            })
-            .flatten()
-            .filter_map(|a| match a {
-                AddressAttribute::Address(ip) | AddressAttribute::Local(ip) => Some(ip),
+                RouteNetlinkMessage::NewAddress(a) => own_address(&a.attributes),
                 _ => None,
             })
             .collect())
@@ -915,6 +910,22 @@ impl Netlink {
             Rollback::Failed(failures.into_boxed_slice())
         }
     }
+}
+
+/// The interface's own end of an address: `IFA_LOCAL` when the kernel sends it, else
+/// `IFA_ADDRESS`. On a point-to-point address (`ip addr add A peer B`) `IFA_ADDRESS` is the far
+/// end B (rtnetlink(7)), which is the link's gateway, not an address of the pod.
+fn own_address(attributes: &[AddressAttribute]) -> Option<IpAddr> {
+    let local = attributes.iter().find_map(|a| match a {
+        AddressAttribute::Local(ip) => Some(*ip),
+        _ => None,
+    });
+    local.or_else(|| {
+        attributes.iter().find_map(|a| match a {
+            AddressAttribute::Address(ip) => Some(*ip),
+            _ => None,
+        })
+    })
 }
 
 /// Splits one datagram into its netlink messages.

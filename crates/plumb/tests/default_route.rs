@@ -482,6 +482,41 @@ fn the_pods_own_address_is_refused_as_a_gateway() {
 }
 
 #[test]
+fn the_far_end_of_a_point_to_point_address_is_a_gateway() {
+    // `ip addr add LOCAL peer REMOTE`: the kernel reports REMOTE as the address's IFA_ADDRESS
+    // and LOCAL as its IFA_LOCAL. REMOTE is not the pod's own address but the one gateway
+    // the link has.
+    let pod = dual_stack_pod();
+    pod.interface("ptp0", &[]);
+    for (local, peer) in [
+        ("10.9.0.2", "10.9.0.1/32"),
+        ("2001:db8:9::2", "2001:db8:9::1/128"),
+    ] {
+        let mut args = vec![
+            "-n",
+            pod.ns.name(),
+            "addr",
+            "add",
+            local,
+            "peer",
+            peer,
+            "dev",
+            "ptp0",
+        ];
+        if local.contains(':') {
+            args.push("nodad");
+        }
+        ip(&args);
+    }
+    pod.set("ptp0", &["10.9.0.1", "2001:db8:9::1"]).unwrap();
+    assert_eq!(pod.ip_defaults("-4"), [row("ptp0", "10.9.0.1", 0)]);
+    assert_eq!(pod.ip_defaults("-6"), [row("ptp0", "2001:db8:9::1", 1024)]);
+    // Its own end still is the pod's own address.
+    let e = pod.set("ptp0", &["10.9.0.2"]).unwrap_err();
+    assert!(e.to_string().contains("address of the pod itself"), "{e}");
+}
+
+#[test]
 fn an_unknown_interface_and_paths_that_are_not_a_netns_are_clear_errors() {
     let pod = dual_stack_pod();
     let path = pod.ns.path();
