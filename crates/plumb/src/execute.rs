@@ -234,6 +234,28 @@ impl<'a> PendingRecord<'a> {
 }
 
 impl Executor<'_> {
+    /// The record of `container_id`, refused if it says it is another container's (copied or
+    /// edited by hand): DEL would run that container's delegates under this one's ID, then
+    /// remove or rewrite the other container's record, which is keyed by the ID inside.
+    fn load_record(&self, container_id: &str) -> Result<Option<Record>, CniError> {
+        let record = self.records.load(container_id)?;
+        if let Some(r) = &record
+            && r.container_id != container_id
+        {
+            return Err(CniError::new(
+                cni::ErrorCode::DecodingFailure,
+                format!(
+                    "attachment record {} names container {:?}, not {container_id:?}; plumb \
+                     will not guess what to delete: inspect the file, then delete the pod's \
+                     attachments by hand or remove the file",
+                    self.records.path(container_id)?.display(),
+                    r.container_id
+                ),
+            ));
+        }
+        Ok(record)
+    }
+
     /// ADD of every attachment in order, then the default route. Returns what each ADD gave.
     ///
     /// The record names every planned attachment before the first one runs: one durable write
@@ -246,7 +268,7 @@ impl Executor<'_> {
         pod: Option<&Pod>,
         attachments: &[Attachment],
     ) -> Result<Vec<Added>, CniError> {
-        if self.records.load(&sandbox.container_id)?.is_some() {
+        if self.load_record(&sandbox.container_id)?.is_some() {
             self.del(sandbox, &sandbox.netns).map_err(|e| {
                 e.context("undoing the earlier ADD of this sandbox, whose record is still there")
             })?;
@@ -392,7 +414,7 @@ impl Executor<'_> {
     /// recorded one).
     /// Without a record there is nothing plumb did: `Ok(false)`.
     pub fn del(&self, sandbox: &Sandbox, netns: &str) -> Result<bool, CniError> {
-        let Some(record) = self.records.load(&sandbox.container_id)? else {
+        let Some(record) = self.load_record(&sandbox.container_id)? else {
             return Ok(false);
         };
         self.del_recorded(sandbox, netns, &record)?;
@@ -541,7 +563,7 @@ impl Executor<'_> {
     /// Undoes a whole ADD that succeeded but must not stand (the pod's status could not be
     /// written): DEL of every attachment, then [`Executor::nothing_left_to_undo`].
     pub fn undo(&self, sandbox: &Sandbox) -> Result<(), CniError> {
-        if let Some(record) = self.records.load(&sandbox.container_id)? {
+        if let Some(record) = self.load_record(&sandbox.container_id)? {
             self.del_recorded(sandbox, &sandbox.netns, &record)?;
             self.nothing_left_to_undo(&record);
         }
@@ -618,7 +640,7 @@ impl Executor<'_> {
 
     /// CHECK of every recorded attachment, in order; the first failure is returned.
     pub fn check(&self, sandbox: &Sandbox) -> Result<(), CniError> {
-        let record = self.records.load(&sandbox.container_id)?.ok_or_else(|| {
+        let record = self.load_record(&sandbox.container_id)?.ok_or_else(|| {
             CniError::new(
                 cni::ErrorCode::UnknownContainer,
                 format!(
@@ -745,6 +767,85 @@ mod tests {
                 stderr: Vec::new(),
             })
         }
+    }
+
+    /// Plugins that succeed, remembering each call's command and container ID.
+    #[derive(Default)]
+    struct Succeeding {
+        ran: std::sync::Arc<Mutex<Vec<(String, String)>>>,
+    }
+
+    impl Exec for Succeeding {
+        fn find_in_path(&self, plugin_type: &str, _: &[PathBuf]) -> Result<PathBuf, CniError> {
+            Ok(PathBuf::from(plugin_type))
+        }
+
+        fn exec_plugin(&self, _: &Path, _: &[u8], env: &PluginEnv) -> Result<ExecOutput, CniError> {
+            self.ran
+                .lock()
+                .unwrap()
+                .push((env.command.clone(), env.container_id.clone()));
+            Ok(ExecOutput {
+                stdout: br#"{"cniVersion":"1.0.0"}"#.to_vec(),
+                stderr: Vec::new(),
+            })
+        }
+    }
+
+    #[test]
+    fn a_record_naming_another_container_is_refused_and_neither_record_is_touched() {
+        // c-a.json holds c-b's record (copied or edited by hand): DEL of c-a must not run c-b's
+        // delegates under c-a's ID, nor remove or rewrite c-b's record.
+        let d = tempfile::tempdir().unwrap();
+        let records = RecordStore::new(d.path().join("state"));
+        let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
+        let b = Record {
+            version: RECORD_VERSION,
+            container_id: "c-b".into(),
+            netns: "/var/run/netns/b".into(),
+            pod_namespace: String::new(),
+            pod_name: String::new(),
+            pod_uid: String::new(),
+            cni_args: vec![],
+            attachments: vec![recorded(&attachment("net-b", "eth0", "fake"), "c-b", &dirs)],
+            standalone: false,
+        };
+        records.save(&b).unwrap();
+        let b_path = records.path("c-b").unwrap();
+        let a_path = records.path("c-a").unwrap();
+        std::fs::copy(&b_path, &a_path).unwrap();
+        let exec = Succeeding::default();
+        let ran = std::sync::Arc::clone(&exec.ran);
+        let cni = CniConfig::new(vec![], ResultCache::new(d.path().join("cache")))
+            .with_exec(Box::new(exec));
+        let executor = Executor {
+            cni: &cni,
+            records: &records,
+            routes: &NoRoutes,
+            device_info: &dirs,
+        };
+        let sandbox = Sandbox {
+            container_id: "c-a".into(),
+            netns: "/var/run/netns/a".into(),
+            ..Sandbox::default()
+        };
+        let e = executor.del(&sandbox, &sandbox.netns).unwrap_err();
+        assert_eq!(e.code, 6, "{e}");
+        assert!(
+            e.msg.contains("c-a.json") && e.msg.contains("\"c-b\""),
+            "{e}"
+        );
+        assert!(ran.lock().unwrap().is_empty(), "{:?}", ran.lock().unwrap());
+        assert_eq!(records.load("c-b").unwrap(), Some(b.clone()));
+        assert!(a_path.exists());
+        // ADD and CHECK refuse it alike, rather than undoing or checking c-b's attachments.
+        let e = executor
+            .add(&sandbox, None, &[attachment("net-a", "eth0", "fake")])
+            .unwrap_err();
+        assert_eq!(e.code, 6, "{e}");
+        assert_eq!(executor.check(&sandbox).unwrap_err().code, 6);
+        assert!(ran.lock().unwrap().is_empty(), "{:?}", ran.lock().unwrap());
+        assert_eq!(records.load("c-b").unwrap(), Some(b));
     }
 
     struct NoRoutes;
