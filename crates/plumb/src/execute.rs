@@ -234,28 +234,6 @@ impl<'a> PendingRecord<'a> {
 }
 
 impl Executor<'_> {
-    /// The record of `container_id`, refused if it says it is another container's (copied or
-    /// edited by hand): DEL would run that container's delegates under this one's ID, then
-    /// remove or rewrite the other container's record, which is keyed by the ID inside.
-    fn load_record(&self, container_id: &str) -> Result<Option<Record>, CniError> {
-        let record = self.records.load(container_id)?;
-        if let Some(r) = &record
-            && r.container_id != container_id
-        {
-            return Err(CniError::new(
-                cni::ErrorCode::DecodingFailure,
-                format!(
-                    "attachment record {} names container {:?}, not {container_id:?}; plumb \
-                     will not guess what to delete: inspect the file, then delete the pod's \
-                     attachments by hand or remove the file",
-                    self.records.path(container_id)?.display(),
-                    r.container_id
-                ),
-            ));
-        }
-        Ok(record)
-    }
-
     /// ADD of every attachment in order, then the default route. Returns what each ADD gave.
     ///
     /// The record names every planned attachment before the first one runs: one durable write
@@ -268,7 +246,7 @@ impl Executor<'_> {
         pod: Option<&Pod>,
         attachments: &[Attachment],
     ) -> Result<Vec<Added>, CniError> {
-        if self.load_record(&sandbox.container_id)?.is_some() {
+        if self.records.load(&sandbox.container_id)?.is_some() {
             self.del(sandbox, &sandbox.netns).map_err(|e| {
                 e.context("undoing the earlier ADD of this sandbox, whose record is still there")
             })?;
@@ -414,7 +392,7 @@ impl Executor<'_> {
     /// recorded one).
     /// Without a record there is nothing plumb did: `Ok(false)`.
     pub fn del(&self, sandbox: &Sandbox, netns: &str) -> Result<bool, CniError> {
-        let Some(record) = self.load_record(&sandbox.container_id)? else {
+        let Some(record) = self.records.load(&sandbox.container_id)? else {
             return Ok(false);
         };
         self.del_recorded(sandbox, netns, &record)?;
@@ -563,7 +541,7 @@ impl Executor<'_> {
     /// Undoes a whole ADD that succeeded but must not stand (the pod's status could not be
     /// written): DEL of every attachment, then [`Executor::nothing_left_to_undo`].
     pub fn undo(&self, sandbox: &Sandbox) -> Result<(), CniError> {
-        if let Some(record) = self.load_record(&sandbox.container_id)? {
+        if let Some(record) = self.records.load(&sandbox.container_id)? {
             self.del_recorded(sandbox, &sandbox.netns, &record)?;
             self.nothing_left_to_undo(&record);
         }
@@ -640,7 +618,7 @@ impl Executor<'_> {
 
     /// CHECK of every recorded attachment, in order; the first failure is returned.
     pub fn check(&self, sandbox: &Sandbox) -> Result<(), CniError> {
-        let record = self.load_record(&sandbox.container_id)?.ok_or_else(|| {
+        let record = self.records.load(&sandbox.container_id)?.ok_or_else(|| {
             CniError::new(
                 cni::ErrorCode::UnknownContainer,
                 format!(

@@ -500,15 +500,14 @@ impl Plumb<'_> {
         Ok(())
     }
 
-    /// Every network plumb knows of, each configuration once: the configured ones, and those
-    /// of the `records` (as the network's own configuration, without what one pod added: its
-    /// `cni-args`, IPAM claim or device), with the recorded configurations that could not be
-    /// read. A record that cannot be read (damaged, or written by another plumb version) only
-    /// leaves its networks out: one bad file must not make STATUS report the node's network
-    /// down. A network whose configuration changed while pods attached with the old one still
+    /// Every network plumb knows of, each configuration once: the configured ones (found
+    /// through `networks`), and those of the `records` (as the network's own configuration,
+    /// without what one pod added: its `cni-args`, IPAM claim or device), with the recorded
+    /// configurations that could not be read. A record that cannot be read (damaged, or
+    /// written by another plumb version) only leaves its networks out: one bad file must not
+    /// make STATUS report the node's network down. A network whose configuration changed while pods attached with the old one still
     /// run (its NAD was edited) is listed with each: GC must reach what each of them allocated,
     /// and each is given every live attachment of the network as valid.
-    /// The configured networks are found through `networks`.
     fn known_networks(
         &self,
         call: &Call,

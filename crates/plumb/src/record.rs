@@ -55,6 +55,34 @@ impl From<RecordError> for cni::CniError {
     }
 }
 
+/// Why the bytes of a record file are not a record this plumb reads.
+#[derive(Debug)]
+pub enum Decoded {
+    Corrupt(String),
+    /// Another format version than [`RECORD_VERSION`].
+    Version(u64),
+}
+
+/// A record from the bytes of its file (untrusted: damaged, edited by hand, or written by
+/// another plumb version).
+pub fn decode(bytes: &[u8]) -> Result<Record, Decoded> {
+    let probe: Value =
+        serde_json::from_slice(bytes).map_err(|e| Decoded::Corrupt(e.to_string()))?;
+    // A file without a format version is not a record of any plumb: corrupt, not "version 0".
+    let found = match probe.get("version") {
+        Some(v) => v.as_u64().ok_or_else(|| {
+            Decoded::Corrupt(format!(
+                "its \"version\" is {v}, not a format version number"
+            ))
+        })?,
+        None => return Err(Decoded::Corrupt("it has no format \"version\"".into())),
+    };
+    if found != u64::from(RECORD_VERSION) {
+        return Err(Decoded::Version(found));
+    }
+    serde_json::from_value(probe).map_err(|e| Decoded::Corrupt(e.to_string()))
+}
+
 /// One attachment of the sandbox, with everything DEL needs to undo it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -154,32 +182,29 @@ impl RecordStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(RecordError::Io { path, source }),
         };
-        let probe: Value = serde_json::from_slice(&bytes).map_err(|e| RecordError::Corrupt {
-            path: path.clone(),
-            why: e.to_string(),
-        })?;
-        // A file without a format version is not a record of any plumb: corrupt, not "version 0".
-        let found = match probe.get("version") {
-            Some(v) => v.as_u64().ok_or_else(|| RecordError::Corrupt {
+        let record = decode(&bytes).map_err(|why| match why {
+            Decoded::Corrupt(why) => RecordError::Corrupt {
                 path: path.clone(),
-                why: format!("its \"version\" is {v}, not a format version number"),
-            })?,
-            None => {
-                return Err(RecordError::Corrupt {
-                    path,
-                    why: "it has no format \"version\"".into(),
-                });
-            }
-        };
-        if found != u64::from(RECORD_VERSION) {
-            return Err(RecordError::Version { path, found });
-        }
-        serde_json::from_value(probe)
-            .map(Some)
-            .map_err(|e| RecordError::Corrupt {
+                why,
+            },
+            Decoded::Version(found) => RecordError::Version {
+                path: path.clone(),
+                found,
+            },
+        })?;
+        // A file that holds another container's record (copied or edited by hand) must not be
+        // acted on: DEL would run that container's delegates under this one's ID, then remove or
+        // rewrite the other container's record, which is kept by the ID inside.
+        if record.container_id != container_id {
+            return Err(RecordError::Corrupt {
                 path,
-                why: e.to_string(),
-            })
+                why: format!(
+                    "it names container {:?}, not {container_id:?}",
+                    record.container_id
+                ),
+            });
+        }
+        Ok(Some(record))
     }
 
     /// Removes a record; a missing one is fine (DEL is idempotent).
