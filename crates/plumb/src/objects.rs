@@ -142,6 +142,14 @@ pub fn files_of(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CniError> {
 /// A NAD object, as the API would return it.
 pub fn nad_of(o: &FileObject) -> Result<NetworkAttachmentDefinition, CniError> {
     let mut value = o.value.clone();
+    // Indexing a JSON value to assign panics unless it is an object (or null): a file's
+    // `metadata: oops` must be an error naming the file, never a panic of the CNI call.
+    match &value["metadata"] {
+        Value::Object(_) | Value::Null => {}
+        other => {
+            return Err(invalid(format!("{o}: metadata must be a map, not {other}")));
+        }
+    }
     if value["metadata"]["namespace"].is_null() {
         value["metadata"]["namespace"] = Value::String("default".into());
     }
@@ -324,5 +332,26 @@ mod tests {
             "{e}"
         );
         assert_eq!(e.code, 7);
+    }
+
+    #[test]
+    fn a_nad_whose_metadata_is_not_a_map_is_an_error_not_a_panic() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("nad.yaml");
+        for metadata in ["oops", "[a, b]", "5"] {
+            std::fs::write(
+                &f,
+                format!("kind: NetworkAttachmentDefinition\nmetadata: {metadata}\n"),
+            )
+            .unwrap();
+            let objects = read_file(&f).unwrap();
+            let e = nad_of(&objects[0]).unwrap_err();
+            assert_eq!(e.code, 7, "{metadata}: {e}");
+            assert!(
+                e.msg.contains("nad.yaml") && e.msg.contains("metadata"),
+                "{metadata}: {e}"
+            );
+            assert!(FileNetworks::new(&objects, d.path().into()).is_err());
+        }
     }
 }
