@@ -6,6 +6,7 @@
 //! Logging never fails a CNI call: a log file that cannot be opened or written is reported once
 //! on stderr and dropped.
 
+use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::sync::Mutex;
@@ -50,10 +51,11 @@ impl Log {
             return;
         }
         let line = format!(
-            "{} [{tag}] {msg}\n",
+            "{} [{tag}] {}\n",
             k8s_openapi::jiff::Timestamp::now()
                 .round(k8s_openapi::jiff::Unit::Second)
-                .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now())
+                .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
+            one_line(msg)
         );
         if self.stderr {
             let _ = std::io::stderr().write_all(line.as_bytes());
@@ -83,9 +85,59 @@ impl Log {
     }
 }
 
+/// `msg` as one line: messages carry strings from outside (annotations, API answers, a
+/// delegate's stderr), and a newline or a terminal escape in them must not split a record or
+/// forge one (`\n` would start a line that looks like plumb's own).
+fn one_line(msg: &str) -> Cow<'_, str> {
+    if !msg.chars().any(|c| c.is_control() && c != '\t') {
+        return Cow::Borrowed(msg);
+    }
+    let mut out = String::with_capacity(msg.len() + 16);
+    for c in msg.chars() {
+        if c.is_control() && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// This process's peak resident set size in KiB (`VmHWM`), for the debug log of a call.
 pub fn peak_rss_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_to(path: &std::path::Path) -> Log {
+        let config = serde_json::json!({"cniVersion": "1.0.0", "name": "plumb",
+            "clusterNetwork": "default-net", "logFile": path, "logLevel": "debug",
+            "logToStderr": false});
+        Log::from_config(&Config::parse(&serde_json::to_vec(&config).unwrap()).unwrap())
+    }
+
+    #[test]
+    fn a_message_cannot_forge_or_split_lines() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("plumb.log");
+        let log = log_to(&path);
+        // An annotation, a NAD name or a delegate's stderr can carry newlines and escapes.
+        log.error("pod ns/p: bad value \"x\n2020-01-01T00:00:00Z [error] forged\r\x1b[2J\"");
+        log.verbose("next");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text:?}");
+        assert!(
+            lines[0].ends_with(
+                "[error] pod ns/p: bad value \"x\\n2020-01-01T00:00:00Z [error] forged\\r\\u{1b}[2J\""
+            ),
+            "{text:?}"
+        );
+        assert!(lines[1].ends_with("[verbose] next"), "{text:?}");
+    }
 }
