@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Mutex;
 
 use crate::config::{Config, LogLevel};
@@ -31,7 +32,14 @@ impl Log {
 
     pub fn from_config(config: &Config) -> Log {
         let file = config.log_file.as_ref().and_then(|path| {
-            match OpenOptions::new().create(true).append(true).open(path) {
+            // 0600, as Multus's log file (lumberjack) is created: the log holds pod and network
+            // details and delegates' stderr, which other users of the node need not read.
+            match OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(path)
+            {
                 Ok(f) => Some(Mutex::new(f)),
                 Err(e) => {
                     eprintln!("plumb: cannot open logFile {}: {e}", path.display());
@@ -139,5 +147,15 @@ mod tests {
             "{text:?}"
         );
         assert!(lines[1].ends_with("[verbose] next"), "{text:?}");
+    }
+
+    #[test]
+    fn a_new_log_file_is_readable_by_root_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("plumb.log");
+        log_to(&path).error("x");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
     }
 }
