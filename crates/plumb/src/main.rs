@@ -5,6 +5,7 @@
 //! - `plumb attach` / `plumb detach`: attach a namespace to networks as a pod would be.
 //! - `plumb plan`: what ADD would do for a pod, without doing it.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -73,8 +74,15 @@ fn validate(files: &[std::path::PathBuf]) -> ExitCode {
         }
     }
     problems.extend(plumb::validate::validate(&objects));
-    for p in &problems {
-        println!("{p}");
+    // Not println!, which panics when stdout cannot be written (a closed pipe, a full disk).
+    let mut out = std::io::stdout().lock();
+    let wrote = problems
+        .iter()
+        .try_for_each(|p| writeln!(out, "{p}"))
+        .and_then(|()| out.flush());
+    if let Err(e) = wrote {
+        eprintln!("plumb validate: cannot write to stdout: {e}");
+        return ExitCode::FAILURE;
     }
     let errors = problems
         .iter()

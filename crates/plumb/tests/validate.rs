@@ -82,3 +82,21 @@ fn good_files_pass_and_warnings_do_not_fail() {
         "{stdout}"
     );
 }
+
+#[test]
+fn an_unwritable_stdout_is_an_error_not_a_panic() {
+    // `plumb validate … | head`, or a full disk: the problems cannot be printed.
+    let bad = fixtures("bad");
+    let out = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .arg("validate")
+        .arg(&bad[0])
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .output()
+        .expect("run plumb validate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && stderr.contains("stdout"),
+        "{stderr}"
+    );
+}
