@@ -42,7 +42,14 @@ impl Log {
             {
                 Ok(f) => Some(Mutex::new(f)),
                 Err(e) => {
-                    eprintln!("plumb: cannot open logFile {}: {e}", path.display());
+                    // Not eprintln!, which panics when stderr cannot be written: logging must
+                    // never fail the CNI call.
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "plumb: cannot open logFile {}: {}",
+                        path.display(),
+                        one_line(&e.to_string())
+                    );
                     None
                 }
             }

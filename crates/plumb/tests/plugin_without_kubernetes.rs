@@ -818,3 +818,39 @@ fn a_variable_that_is_not_utf8_is_shown_not_called_missing() {
     assert!(!msg.contains("missing"), "{e}");
     assert!(msg.contains("c-\u{fffd}"), "{e}");
 }
+
+#[test]
+fn a_log_file_that_cannot_be_opened_never_fails_the_call() {
+    // The log is best effort: a logFile that cannot be opened (here a directory), reported on a
+    // stderr that cannot be written either (the runtime gone, a full disk), still leaves the
+    // runtime its answer and the right exit code.
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let node = Node::new();
+    let bridge = unique_name("pl");
+    let config = node.config(json!({"cniVersion": "1.1.0",
+        "delegates": [node.bridge("net-a", &bridge, 17)],
+        "logFile": node.dir.path()}));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .env_clear()
+        .env("CNI_COMMAND", "STATUS")
+        .env("CNI_PATH", common::PLUGINS)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(fs::File::create("/dev/full").unwrap())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(&config).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
