@@ -14,7 +14,7 @@
 //! (`k8s.v1.cni.cncf.io/resourceName`) without a device of its own for the pod
 //! (multus-reference.md §2.9).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -591,12 +591,14 @@ fn element_cni_args(element: &NetworkSelectionElement) -> Map<String, Value> {
 /// multi-net spec §4.1.2.1.5: an interface name already used by a previous attachment fails
 /// the request; checked here, before anything runs (Multus finds out half-way through).
 fn check_interface_names(attachments: &[Attachment]) -> Result<(), CniError> {
-    let mut seen = BTreeSet::new();
+    // Which network holds each name, so that the error names both sides of the clash (the
+    // earlier one may be the default network or a generated `net<N>`, not in the annotation).
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
     for a in attachments {
-        if !seen.insert(a.ifname.as_str()) {
+        if let Some(first) = seen.insert(a.ifname.as_str(), a.network.as_str()) {
             return Err(invalid(format!(
-                "interface name {:?} of network {} is already used by an earlier attachment \
-                 of this pod",
+                "interface name {:?} of network {} is already used by network {first}, an \
+                 earlier attachment of this pod (multi-net spec §4.1.2.1.5)",
                 a.ifname, a.network
             )));
         }

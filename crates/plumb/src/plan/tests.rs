@@ -166,6 +166,30 @@ fn an_interface_name_used_twice_fails_before_anything_runs() {
 }
 
 #[test]
+fn an_interface_name_clash_names_both_networks() {
+    // The operator must see which earlier attachment holds the name, not only the later one.
+    for (annotation, first, second) in [
+        (
+            "other-ns/net-b@eth0",
+            "kube-system/default-net",
+            "other-ns/net-b",
+        ),
+        (
+            "net-a,other-ns/net-b@net1",
+            "default/net-a",
+            "other-ns/net-b",
+        ),
+    ] {
+        let pod = pod("default", &[(NETWORKS_ANNOTATION, annotation)]);
+        let e = plan(&config(json!({})), Some(&pod), "eth0", &cluster(), None).unwrap_err();
+        assert!(
+            e.msg.contains(&format!("already used by network {first}")) && e.msg.contains(second),
+            "{annotation}: {e}"
+        );
+    }
+}
+
+#[test]
 fn default_networks_come_after_the_default_and_skip_system_namespaces() {
     let fake = cluster().with_bridge_nad("kube-system", "extra");
     let cfg = config(json!({"defaultNetworks": ["extra"]}));
