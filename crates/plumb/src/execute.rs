@@ -794,14 +794,8 @@ mod tests {
         std::fs::copy(&b_path, &a_path).unwrap();
         let exec = Succeeding::default();
         let ran = std::sync::Arc::clone(&exec.ran);
-        let cni = CniConfig::new(vec![], ResultCache::new(d.path().join("cache")))
-            .with_exec(Box::new(exec));
-        let executor = Executor {
-            cni: &cni,
-            records: &records,
-            routes: &NoRoutes,
-            device_info: &dirs,
-        };
+        let cni = runner(d.path(), exec);
+        let executor = executor(&cni, &records, &dirs);
         let sandbox = Sandbox {
             container_id: "c-a".into(),
             netns: "/var/run/netns/a".into(),
@@ -826,6 +820,25 @@ mod tests {
         assert_eq!(records.load("c-b").unwrap(), Some(b));
     }
 
+    /// Delegates run by `exec`, their results cached under `dir`.
+    fn runner(dir: &Path, exec: impl Exec + 'static) -> CniConfig {
+        CniConfig::new(vec![], ResultCache::new(dir.join("cache"))).with_exec(Box::new(exec))
+    }
+
+    /// An executor of these parts that changes no default route.
+    fn executor<'a>(
+        cni: &'a CniConfig,
+        records: &'a RecordStore,
+        dirs: &'a DeviceInfoDirs,
+    ) -> Executor<'a> {
+        Executor {
+            cni,
+            records,
+            routes: &NoRoutes,
+            device_info: dirs,
+        }
+    }
+
     struct NoRoutes;
 
     impl DefaultRoutes for NoRoutes {
@@ -844,16 +857,10 @@ mod tests {
             gate: Mutex::new(None),
             ran: std::sync::Arc::clone(&ran),
         };
-        let cni = CniConfig::new(vec![], ResultCache::new(d.path().join("cache")))
-            .with_exec(Box::new(exec));
+        let cni = runner(d.path(), exec);
         let records = RecordStore::new(&state_dir);
         let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
-        let executor = Executor {
-            cni: &cni,
-            records: &records,
-            routes: &NoRoutes,
-            device_info: &dirs,
-        };
+        let executor = executor(&cni, &records, &dirs);
         let sandbox = Sandbox {
             container_id: "c-lost".into(),
             netns: "/var/run/netns/x".into(),
@@ -933,14 +940,8 @@ mod tests {
             records: records.clone(),
             rewrite: rewrite.clone(),
         };
-        let cni = CniConfig::new(vec![], ResultCache::new(d.path().join("cache")))
-            .with_exec(Box::new(exec));
-        let executor = Executor {
-            cni: &cni,
-            records: &records,
-            routes: &NoRoutes,
-            device_info: &dirs,
-        };
+        let cni = runner(d.path(), exec);
+        let executor = executor(&cni, &records, &dirs);
         let e = executor.del(&sandbox, &sandbox.netns).unwrap_err();
         assert!(e.msg.contains("the delegate failed"), "{e}");
         assert!(e.details.contains("changed meanwhile"), "{e:?}");

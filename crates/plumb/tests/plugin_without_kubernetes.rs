@@ -60,12 +60,22 @@ fn two_bridges(subnet_a: u8, subnet_b: u8) -> impl FnOnce(&Node) -> (Vec<Value>,
 
 /// A call for a sandbox whose delegates are fakes (no namespace is touched).
 fn fake_call(config: &Value, command: &str, container_id: &str) -> std::process::Output {
+    fake_call_with_args(config, command, container_id, "")
+}
+
+/// [`fake_call`] with these `CNI_ARGS`.
+fn fake_call_with_args(
+    config: &Value,
+    command: &str,
+    container_id: &str,
+    args: &str,
+) -> std::process::Output {
     run(&CniCall {
         command,
         container_id,
         netns: "/var/run/netns/fake",
         ifname: "eth0",
-        args: "",
+        args,
         config,
     })
 }
@@ -400,16 +410,7 @@ fn status_and_gc_reach_every_known_network() {
     let mut config = node.config(json!({"cniVersion": "1.1.0", "binDir": bin, "delegates": [
         {"cniVersion": "1.1.0", "name": "net-a", "type": "fake-a"},
         {"cniVersion": "1.1.0", "name": "net-b", "type": "fake-b"}]}));
-    let call = |command: &str, cid: &str, config: &Value| {
-        run(&CniCall {
-            command,
-            container_id: cid,
-            netns: "/var/run/netns/fake",
-            ifname: "eth0",
-            args: "",
-            config,
-        })
-    };
+    let call = |command: &str, cid: &str, config: &Value| fake_call(config, command, cid);
     ok(&call("ADD", "c-live", &config));
     ok(&call("ADD", "c-gone", &config));
 
@@ -485,14 +486,7 @@ fn status_and_gc_reach_a_network_each_pod_attaches_with_its_own_arguments() {
         "plumbNadDir": nads,
         "delegates": [{"cniVersion": "1.1.0", "name": "net-a", "type": "fake-a"}]}));
     let call = |command: &str, cid: &str, args: &str, config: &Value| {
-        run(&CniCall {
-            command,
-            container_id: cid,
-            netns: "/var/run/netns/fake",
-            ifname: "eth0",
-            args,
-            config,
-        })
+        fake_call_with_args(config, command, cid, args)
     };
     let selecting = |vf: &str| {
         format!(r#"IgnoreUnknown=1;PLUMB_NETWORKS=[{{"name":"net-x","cni-args":{{"vf":"{vf}"}}}}]"#)
