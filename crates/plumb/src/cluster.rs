@@ -100,7 +100,9 @@ impl Failure {
     fn transient(&self) -> bool {
         match self {
             Failure::Kube(kube::Error::Api(s)) => s.code == 429 || s.code >= 500,
-            Failure::Kube(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
+            Failure::Kube(e @ (kube::Error::HyperError(_) | kube::Error::Service(_))) => {
+                !tls_refused(e)
+            }
             Failure::Kube(_) | Failure::OutOfTime(_) => false,
             Failure::NoAnswer(_) => true,
         }
@@ -126,6 +128,47 @@ impl Failure {
     fn is_not_found(&self) -> bool {
         self.is_status(404)
     }
+}
+
+/// Whether `e` comes from a TLS handshake that failed on a certificate or on what the two sides
+/// support: the server's certificate not trusted by the kubeconfig's CA (a rotated CA, an
+/// address that now leads elsewhere), ours refused by the server, no common protocol. Asking
+/// again gets the same answer, so it is not retried.
+fn tls_refused(e: &kube::Error) -> bool {
+    use rustls::AlertDescription as A;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(r) = c.downcast_ref::<rustls::Error>() {
+            return match r {
+                rustls::Error::InvalidCertificate(_)
+                | rustls::Error::NoCertificatesPresented
+                | rustls::Error::PeerIncompatible(_) => true,
+                rustls::Error::AlertReceived(alert) => matches!(
+                    alert,
+                    A::BadCertificate
+                        | A::UnsupportedCertificate
+                        | A::CertificateRevoked
+                        | A::CertificateExpired
+                        | A::CertificateUnknown
+                        | A::UnknownCA
+                        | A::CertificateRequired
+                        | A::ProtocolVersion
+                        | A::HandshakeFailure
+                ),
+                _ => false,
+            };
+        }
+        // The handshake's failure comes as io::Errors wrapped in one another (tokio-rustls,
+        // then the connector) around the rustls::Error, and an io::Error's `source` skips
+        // what it wraps: unwrap them.
+        cause = match c.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => c.source(),
+        };
+    }
+    false
 }
 
 /// A failed request as a CNI error naming what was asked, and of which API server (a
@@ -909,5 +952,24 @@ mod tests {
         assert!(e.msg.contains("429"), "{e}");
         assert!(started.elapsed() < Duration::from_secs(1), "{e}");
         assert_eq!(api.requests().len(), 1);
+    }
+
+    #[test]
+    fn a_server_certificate_the_kubeconfig_does_not_trust_fails_at_once() {
+        // A kubeconfig whose CA is not the server's (a rotated CA, an address that now leads to
+        // another cluster) will not be trusted by asking again: the call fails at once, saying
+        // why, rather than after the whole budget of retries.
+        let (api, dir, _) = cluster(Duration::from_secs(20));
+        let other = KubeApi::start(KubeApiOptions::default());
+        let kubeconfig = dir.path().join("kubeconfig");
+        let text = std::fs::read_to_string(&kubeconfig).unwrap();
+        std::fs::write(&kubeconfig, text.replace(&api.url(), &other.url())).unwrap();
+        let c = KubeCluster::with_budget(&kubeconfig, Duration::from_secs(20)).unwrap();
+        let started = Instant::now();
+        let e = c.pod("default", "p", false).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(1), "{e}");
+        assert_eq!(e.kind(), ErrorCode::Io, "{e}");
+        assert!(e.msg.to_lowercase().contains("certificate"), "{e}");
+        assert!(e.msg.contains(&other.url()), "{e}");
     }
 }
