@@ -174,6 +174,7 @@ pub struct RawExec {
     pub busy_attempts: u32,
     pub busy_delay: Duration,
     /// Output beyond this many bytes is discarded, so a runaway plugin cannot exhaust memory.
+    /// A successful plugin whose stdout went past it fails: its result was cut short.
     pub max_output: usize,
     /// What the next plugin waits for before it gets its stdin ([`Exec::hold_next_stdin`]).
     gate: GateSlot,
@@ -224,6 +225,8 @@ struct Finished {
     status: std::process::ExitStatus,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
+    /// Its stdout went past `max_output` and `stdout` holds only the first part.
+    stdout_cut: bool,
 }
 
 impl RawExec {
@@ -272,7 +275,7 @@ impl RawExec {
                 Ok(None) => Err(Communication::TimedOut),
                 Err(e) => Err(Communication::Io(e)),
             });
-        let (status, (stdout, stderr)) = outcome.map_err(|e| {
+        let (status, (mut stdout, stderr)) = outcome.map_err(|e| {
             let _ = child.kill();
             let _ = child.wait();
             match e {
@@ -288,10 +291,14 @@ impl RawExec {
                 }
             }
         })?;
+        // One byte past the limit was kept to tell "exactly the limit" from "more".
+        let stdout_cut = stdout.len() > self.max_output;
+        stdout.truncate(self.max_output);
         Ok(Finished {
             status,
             stdout,
             stderr,
+            stdout_cut,
         })
     }
 
@@ -380,7 +387,12 @@ impl RawExec {
                 }
             }
             if !r_out.is_empty()
-                && !read_some(&mut pipe_out, &mut stdout, &mut buf, self.max_output)
+                && !read_some(
+                    &mut pipe_out,
+                    &mut stdout,
+                    &mut buf,
+                    self.max_output.saturating_add(1),
+                )
             {
                 pipe_out = None;
             }
@@ -475,6 +487,18 @@ impl Exec for RawExec {
         env: &PluginEnv,
     ) -> Result<ExecOutput, CniError> {
         let f = self.run(path, stdin, env)?;
+        // CNI spec §5: the result is the plugin's whole stdout. Cut short it is not the result
+        // (what is left may even parse, once trailing garbage is cut away), so refuse it.
+        if f.status.success() && f.stdout_cut {
+            return Err(CniError::new(
+                ErrorCode::Io,
+                format!(
+                    "plugin {} wrote more than {} bytes on stdout: its result cannot be read",
+                    path.display(),
+                    self.max_output
+                ),
+            ));
+        }
         if f.status.success() {
             return Ok(ExecOutput {
                 stdout: f.stdout,
@@ -776,21 +800,50 @@ mod tests {
     }
 
     #[test]
-    fn a_plugin_that_ignores_stdin_and_floods_output_is_fine() {
+    fn a_plugin_that_ignores_stdin_and_floods_output_is_bounded() {
         let d = tempfile::tempdir().unwrap();
-        let p = script(
-            d.path(),
-            "flood",
-            "head -c 300000 /dev/zero | tr '\\0' x; head -c 300000 /dev/zero >&2",
-        );
         let x = RawExec {
             max_output: 1000,
             ..RawExec::default()
         };
         let big = vec![b' '; 1 << 20];
+        // A flood of logs on stderr is cut at the limit; the call still succeeds.
+        let p = script(
+            d.path(),
+            "flood-err",
+            "head -c 300000 /dev/zero >&2; echo '{}'",
+        );
         let out = x.exec_plugin(&p, &big, &env("ADD")).unwrap();
-        assert_eq!(out.stdout.len(), 1000);
+        assert_eq!(out.stdout, b"{}\n");
         assert_eq!(out.stderr.len(), 1000);
+        // A flood on stdout is refused rather than cut: what is left is not what it printed.
+        let p = script(
+            d.path(),
+            "flood",
+            "head -c 300000 /dev/zero | tr '\\0' x; head -c 300000 /dev/zero >&2",
+        );
+        let e = x.exec_plugin(&p, &big, &env("ADD")).unwrap_err();
+        assert_eq!(e.code, 5, "{e}");
+        assert!(e.msg.contains("more than 1000 bytes"), "{e}");
+    }
+
+    #[test]
+    fn a_result_followed_by_more_than_the_limit_is_not_taken_for_the_result() {
+        // Its whole stdout is not a result (trailing garbage): cut at the limit, the
+        // garbage would fall away and leave what looks like a valid result.
+        let d = tempfile::tempdir().unwrap();
+        let p = script(
+            d.path(),
+            "trailing",
+            "echo '{\"cniVersion\":\"1.0.0\"}'; head -c 3000 /dev/zero | tr '\\0' ' '; echo garbage",
+        );
+        let x = RawExec {
+            max_output: 1000,
+            ..RawExec::default()
+        };
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert_eq!(e.code, 5, "{e}");
+        assert!(e.msg.contains("stdout") && e.msg.contains("1000"), "{e}");
     }
 
     #[test]
