@@ -10,6 +10,8 @@
 //!   when anything failed, so a retried DEL still has the `prevResult`.
 //! - A plugin's result is converted to the list's version before it is passed on as
 //!   `prevResult` (spec §3 wants it in that version; libcni passes whatever the plugin printed).
+//! - An ADD plugin that prints the spec's error object but exits 0 has failed; libcni would
+//!   decode the error as an empty result and go on.
 
 use std::path::{Path, PathBuf};
 
@@ -204,6 +206,15 @@ impl CniConfig {
                 },
             )?;
             let out = self.run(Command::Add, list, i, bin, &stdin, rt)?;
+            if let Some(e) = error_printed_as_result(&out.stdout) {
+                return Err(e.context(format!(
+                    "network {:?}: plugin {:?} ({} of {}) printed an error with exit status 0 (ADD)",
+                    list.name,
+                    list.plugins[i].plugin_type,
+                    i + 1,
+                    list.plugins.len()
+                )));
+            }
             let result = CniResult::parse(&out.stdout, list.cni_version)
                 .and_then(|r| r.convert_to(list.cni_version))
                 .map_err(|e| {
@@ -443,6 +454,32 @@ impl CniConfig {
             Err(e) => Err(e.context(format!("plugin {plugin_type:?} (VERSION)"))),
         }
     }
+}
+
+/// The spec's error object where a result was expected: a plugin that printed its error but
+/// exited 0. Decoded as a result it would be an empty one (its keys are not result keys), and
+/// the attachment would go on and be cached as if the plugin had succeeded; CNI spec §5 "Error"
+/// says the plugin failed. Only an object with a numeric `code` and no result key is taken for
+/// an error.
+fn error_printed_as_result(stdout: &[u8]) -> Option<CniError> {
+    const RESULT_KEYS: [&str; 6] = ["interfaces", "ips", "routes", "dns", "ip4", "ip6"];
+    let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(stdout) else {
+        return None;
+    };
+    let code = m.get("code")?.as_u64()?;
+    if RESULT_KEYS.iter().any(|k| m.contains_key(*k)) {
+        return None;
+    }
+    let text = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let code = u32::try_from(code)
+        .ok()
+        .filter(|c| *c != 0)
+        .unwrap_or(ErrorCode::Internal.code());
+    let msg = match text("msg") {
+        m if m.is_empty() => "no message".to_string(),
+        m => m,
+    };
+    Some(CniError::new(ErrorCode::from_code(code), msg).with_details(text("details")))
 }
 
 #[cfg(test)]

@@ -288,6 +288,42 @@ fn a_plugin_result_that_is_not_json_fails_add() {
 }
 
 #[test]
+fn an_error_object_printed_with_exit_status_0_fails_add() {
+    // The plugin says it failed, but exits 0: its error is not an empty result to chain on
+    // and cache.
+    for (stdout, code) in [
+        (
+            r#"{"cniVersion":"1.0.0","code":7,"msg":"bad subnet","details":"10.0.0.0/31"}"#,
+            7,
+        ),
+        (r#"{"code":0,"msg":"oops"}"#, 999),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let (c, f) = cni(
+            FakeExec::with(&["bridge", "tuning", "portmap"]).reply("bridge", "ADD", Ok(stdout)),
+            d.path(),
+        );
+        let e = c
+            .add_network_list(&list("1.0.0", json!({})), &rt())
+            .unwrap_err();
+        assert_eq!(e.code, code, "{stdout}: {e}");
+        assert!(
+            e.msg.contains("bridge") && e.msg.contains("exit status 0"),
+            "{e}"
+        );
+        if code == 7 {
+            assert_eq!(e.details, "10.0.0.0/31");
+            assert!(e.msg.contains("bad subnet"), "{e}");
+        }
+        assert_eq!(calls(f).len(), 1, "nothing runs after the failing plugin");
+        assert!(
+            c.cache.read("testnet", "ctr1", "eth0").unwrap().is_none(),
+            "nothing is cached"
+        );
+    }
+}
+
+#[test]
 fn del_runs_in_reverse_with_the_cached_result_and_removes_the_cache() {
     for v in SUPPORTED {
         let d = tempfile::tempdir().unwrap();
