@@ -29,23 +29,37 @@ use crate::version::Version;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Interface {
     pub name: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub mac: String,
     /// 1.0.0+.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
     /// The netns path for interfaces in the container; empty for host interfaces.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub sandbox: String,
     /// 1.1.0.
     #[serde(
         rename = "socketPath",
         default,
-        skip_serializing_if = "String::is_empty"
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
     )]
     pub socket_path: String,
     /// 1.1.0.
-    #[serde(rename = "pciID", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "pciID",
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub pci_id: String,
 }
 
@@ -56,6 +70,18 @@ pub struct IpConfig {
     pub interface: Option<usize>,
     pub address: IpNet,
     pub gateway: Option<IpAddr>,
+}
+
+/// A field that may be `null`, read as its empty value, the way Go's `encoding/json` (libcni,
+/// the reference plugins) reads `null`: it leaves the field as it was. Plugins not written in
+/// Go, and Go structs without `omitempty`, print `null` for "none" (CNI spec §5 results are
+/// otherwise refused for it).
+pub(crate) fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// A gateway as Go's `net.IP` reads it, which libcni and the reference plugins use: absent,
@@ -118,13 +144,29 @@ impl Route {
 /// DNS information (spec §5 "dns"), the same in every version.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dns {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub nameservers: Vec<String>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub domain: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub search: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub options: Vec<String>,
 }
 
@@ -185,7 +227,7 @@ impl CniResult {
             ));
         }
         let version = match raw.get("cniVersion") {
-            None => default_version,
+            None | Some(serde_json::Value::Null) => default_version,
             Some(serde_json::Value::String(s)) if s.is_empty() => default_version,
             Some(serde_json::Value::String(s)) => Version::parse(s)?,
             Some(_) => {

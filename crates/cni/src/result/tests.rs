@@ -256,3 +256,39 @@ fn empty_dns_is_omitted_and_unknown_result_keys_are_ignored() {
         json!({"cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/8"}]})
     );
 }
+
+#[test]
+fn null_fields_read_as_absent_as_go_reads_them() {
+    // Go's encoding/json leaves a field untouched on null, so libcni reads null as empty;
+    // plugins not written in Go (and Go structs without omitempty) print it.
+    let cases = [
+        (
+            json!({"cniVersion":null,"interfaces":null,"ips":null,"routes":null,"dns":null}),
+            json!({"cniVersion":"1.1.0"}),
+        ),
+        (
+            json!({"cniVersion":"1.0.0",
+                   "interfaces":[{"name":"eth0","mac":null,"sandbox":null,"socketPath":null,"pciID":null,"mtu":null}],
+                   "ips":[{"address":"10.0.0.2/8","interface":null,"gateway":null}],
+                   "routes":[{"dst":"0.0.0.0/0","gw":null}],
+                   "dns":{"nameservers":null,"domain":null,"search":null,"options":null}}),
+            json!({"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],
+                   "ips":[{"address":"10.0.0.2/8"}],"routes":[{"dst":"0.0.0.0/0"}]}),
+        ),
+        (
+            json!({"cniVersion":"0.4.0","interfaces":[{"name":"eth0","mac":null,"sandbox":null}],
+                   "ips":[{"version":null,"address":"10.0.0.2/8"}],"routes":null,"dns":null}),
+            json!({"cniVersion":"0.4.0","interfaces":[{"name":"eth0"}],
+                   "ips":[{"version":"4","address":"10.0.0.2/8"}]}),
+        ),
+        (
+            json!({"cniVersion":"0.2.0","ip4":{"ip":"10.0.0.2/8","routes":null},"ip6":null,"dns":null}),
+            json!({"cniVersion":"0.2.0","ip4":{"ip":"10.0.0.2/8"}}),
+        ),
+    ];
+    for (input, want) in cases {
+        let r = CniResult::parse(input.to_string().as_bytes(), Version::V1_1_0)
+            .unwrap_or_else(|e| panic!("{input}: {e}"));
+        assert_eq!(r.to_value().unwrap(), want, "{input}");
+    }
+}

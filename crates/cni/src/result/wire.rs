@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{CniResult, Dns, Interface, IpConfig, IpNet, Route, optional_ip};
+use super::{CniResult, Dns, Interface, IpConfig, IpNet, Route, null_as_default, optional_ip};
 use crate::version::Version;
 
 fn dns_is_empty(d: &Dns) -> bool {
@@ -21,13 +21,17 @@ fn interface_index<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usiz
 /// 0.1.0 and 0.2.0.
 #[derive(Serialize, Deserialize)]
 pub(super) struct Result020 {
-    #[serde(rename = "cniVersion", default)]
+    #[serde(rename = "cniVersion", default, deserialize_with = "null_as_default")]
     cni_version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ip4: Option<IpConfig020>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ip6: Option<IpConfig020>,
-    #[serde(default, skip_serializing_if = "dns_is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "dns_is_empty",
+        deserialize_with = "null_as_default"
+    )]
     dns: Dns,
 }
 
@@ -40,7 +44,11 @@ struct IpConfig020 {
         deserialize_with = "optional_ip"
     )]
     gateway: Option<IpAddr>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     routes: Vec<Route020>,
 }
 
@@ -103,24 +111,48 @@ impl Result020 {
 /// 0.3.0, 0.3.1 and 0.4.0.
 #[derive(Serialize, Deserialize)]
 pub(super) struct Result040 {
-    #[serde(rename = "cniVersion", default)]
+    #[serde(rename = "cniVersion", default, deserialize_with = "null_as_default")]
     cni_version: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     interfaces: Vec<Interface040>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     ips: Vec<IpConfig040>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     routes: Vec<Route020>,
-    #[serde(default, skip_serializing_if = "dns_is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "dns_is_empty",
+        deserialize_with = "null_as_default"
+    )]
     dns: Dns,
 }
 
 #[derive(Serialize, Deserialize)]
 struct Interface040 {
     name: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     mac: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     sandbox: String,
 }
 
@@ -128,7 +160,7 @@ struct Interface040 {
 struct IpConfig040 {
     /// "4" or "6". Derived from the address when writing; ignored when reading, because the
     /// address itself says which family it is.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     version: String,
     #[serde(
         default,
@@ -215,15 +247,31 @@ impl Result040 {
 /// 1.0.0 and 1.1.0.
 #[derive(Serialize, Deserialize)]
 pub(super) struct Result100 {
-    #[serde(rename = "cniVersion", default)]
+    #[serde(rename = "cniVersion", default, deserialize_with = "null_as_default")]
     cni_version: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     interfaces: Vec<Interface>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     ips: Vec<IpConfig100>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     routes: Vec<Route>,
-    #[serde(default, skip_serializing_if = "dns_is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "dns_is_empty",
+        deserialize_with = "null_as_default"
+    )]
     dns: Dns,
 }
 
