@@ -509,11 +509,39 @@ impl Exec for RawExec {
     }
 }
 
+/// Plugin output quoted in an error is kept to this many bytes: the error goes back to the
+/// runtime (and into its events and logs), and a plugin that failed printing megabytes must not
+/// make a megabyte error message.
+pub const QUOTED_OUTPUT_MAX: usize = 4096;
+
+/// At most `max` bytes of `s` (on a character boundary), from its start or its end, saying how
+/// much was left out.
+fn clip(s: &str, max: usize, keep_end: bool) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = if keep_end { s.len() - max } else { max };
+    while !s.is_char_boundary(cut) {
+        if keep_end { cut += 1 } else { cut -= 1 }
+    }
+    if keep_end {
+        format!("[{cut} bytes left out] {}", &s[cut..])
+    } else {
+        format!("{} [{} bytes left out]", &s[..cut], s.len() - cut)
+    }
+}
+
 /// Decodes a failed plugin's output (libcni `pluginErr`): the error JSON on stdout if there is
 /// one; otherwise its stderr is the message. Stderr also fills an empty `details`, because it
-/// is usually what explains the failure to an operator.
+/// is usually what explains the failure to an operator. Quoted output is cut to
+/// [`QUOTED_OUTPUT_MAX`] (CNI spec §5 "Error": `msg` is a short message).
 pub fn plugin_error(status: &str, stdout: &[u8], stderr: &[u8]) -> CniError {
-    let stderr_text = String::from_utf8_lossy(stderr).trim().to_string();
+    // Its last lines are what usually says why it failed.
+    let stderr_text = clip(
+        String::from_utf8_lossy(stderr).trim(),
+        QUOTED_OUTPUT_MAX,
+        true,
+    );
     let stdout_text = String::from_utf8_lossy(stdout).trim().to_string();
     if stdout_text.is_empty() {
         if stderr_text.is_empty() {
@@ -539,7 +567,10 @@ pub fn plugin_error(status: &str, stdout: &[u8], stderr: &[u8]) -> CniError {
         }
         Err(perr) => CniError::new(
             ErrorCode::Internal,
-            format!("plugin failed ({status}) and its error output is not CNI error JSON ({perr}): {stdout_text:?}"),
+            format!(
+                "plugin failed ({status}) and its error output is not CNI error JSON ({perr}): {:?}",
+                clip(&stdout_text, QUOTED_OUTPUT_MAX, false)
+            ),
         )
         .with_details(stderr_text),
     }
@@ -646,6 +677,60 @@ mod tests {
         );
         let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
         assert_eq!((e.code, e.details.as_str()), (11, "detail"));
+    }
+
+    #[test]
+    fn a_failure_with_huge_output_gives_an_error_of_bounded_size() {
+        let d = tempfile::tempdir().unwrap();
+        let x = RawExec::default();
+        // Not JSON on stdout, 200 kB of it, and 200 kB of logs ending with the reason.
+        let p = script(
+            d.path(),
+            "noisy",
+            "head -c 200000 /dev/zero | tr '\\0' x; \
+             head -c 200000 /dev/zero | tr '\\0' y >&2; echo ' the reason' >&2; exit 1",
+        );
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert!(
+            e.msg.len() < 3 * QUOTED_OUTPUT_MAX,
+            "msg of {} bytes",
+            e.msg.len()
+        );
+        assert!(
+            e.details.len() < 3 * QUOTED_OUTPUT_MAX,
+            "details of {} bytes",
+            e.details.len()
+        );
+        assert!(
+            e.msg.contains("not CNI error JSON") && e.msg.contains("left out"),
+            "{}",
+            &e.msg[..200]
+        );
+        assert!(
+            e.details.ends_with("the reason"),
+            "{}",
+            &e.details[e.details.len() - 50..]
+        );
+        // Without stdout, the logs are the message: their end is kept.
+        let p = script(
+            d.path(),
+            "noisy-stderr",
+            "head -c 200000 /dev/zero | tr '\\0' y >&2; echo ' the reason' >&2; exit 1",
+        );
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert!(
+            e.msg.len() < 3 * QUOTED_OUTPUT_MAX,
+            "msg of {} bytes",
+            e.msg.len()
+        );
+        assert!(
+            e.msg.ends_with("the reason"),
+            "{}",
+            &e.msg[e.msg.len() - 50..]
+        );
+        // Multi-byte text is cut on a character boundary.
+        assert_eq!(clip("ééé", 3, false), "é [4 bytes left out]");
+        assert_eq!(clip("ééé", 3, true), "[4 bytes left out] é");
     }
 
     /// Waits up to 10 s for `path` to exist.
