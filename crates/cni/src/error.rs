@@ -79,20 +79,35 @@ impl ErrorCode {
 }
 
 /// The spec's error object. `Display` gives "msg: details" for logs and operators.
+/// A plugin's error JSON may carry `null` for any field (plugins not written in Go print it);
+/// Go's decoder reads it as the zero value, and so does this one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CniError {
     #[serde(
         rename = "cniVersion",
         default,
+        deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
     pub cni_version: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub code: u32,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub msg: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub details: String,
+}
+
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 impl CniError {
@@ -186,6 +201,19 @@ impl ErrorList {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn null_fields_of_a_plugins_error_read_as_go_reads_them() {
+        let e: CniError = serde_json::from_str(
+            r#"{"cniVersion": null, "code": 7, "msg": null, "details": null}"#,
+        )
+        .unwrap();
+        assert_eq!((e.code, e.msg.as_str(), e.details.as_str()), (7, "", ""));
+        let e: CniError = serde_json::from_str(r#"{"code": null, "msg": "m"}"#).unwrap();
+        assert_eq!((e.code, e.msg.as_str()), (0, "m"));
+        // Other wrong types are still refused.
+        assert!(serde_json::from_str::<CniError>(r#"{"code": "7", "msg": "m"}"#).is_err());
+    }
 
     #[test]
     fn codes_round_trip() {
