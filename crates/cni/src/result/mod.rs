@@ -8,8 +8,11 @@
 //!   reference library uses one layout for both, so 1.0.0 results may carry them too).
 //!
 //! A [`CniResult`] holds the superset in one shape, tagged with its version, and only ever what
-//! that version can express: converting down drops what the older version cannot carry, the way
-//! the reference library's converters do. Serialising writes the version's own layout.
+//! that version can express: converting down drops what the older version cannot carry.
+//! (Mostly as the reference library's converters do; but its 0.3.x/0.4.0 layout shares the
+//! route type of 1.x and so keeps a route's `mtu`, `advmss`, `priority`, `table` and `scope`,
+//! which those versions do not define: they are dropped here.) Serialising writes the version's
+//! own layout.
 //!
 //! Conversion follows the reference behaviour, with one deliberate fix: going down to 0.2.0 keeps
 //! the first address *of each family* (libcni's check files a second IPv4 address as `ip6`).
