@@ -287,8 +287,8 @@ impl Planner<'_> {
         Ok(())
     }
 
-    /// The other inline delegates (without `clusterNetwork`), then `defaultNetworks`; neither
-    /// for pods in `systemNamespaces` (Multus skips `defaultNetworks` there).
+    /// The other inline delegates (without `clusterNetwork`), then `defaultNetworks`, which
+    /// pods in `systemNamespaces` do not get (as in Multus; the inline delegates they do get).
     fn extra_networks(&mut self) -> Result<(), CniError> {
         if self.config.cluster_network.is_none() {
             for (i, d) in self.config.delegates.iter().enumerate().skip(1) {

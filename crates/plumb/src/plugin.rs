@@ -767,9 +767,15 @@ impl Plugin for Plumb<'_> {
                 .verbose(&format!("STATUS: {e}; its networks are left out"));
         }
         for list in networks {
-            call.cni
-                .status_network_list(&list)
-                .map_err(|e| not_available(e.context(format!("network {:?}", list.name))))?;
+            call.cni.status_network_list(&list).map_err(|e| {
+                // The plugins' failures already name the network; the others get it here.
+                let named = format!("network {:?}", list.name);
+                not_available(if e.msg.contains(&named) {
+                    e
+                } else {
+                    e.context(named)
+                })
+            })?;
         }
         Ok(())
     }

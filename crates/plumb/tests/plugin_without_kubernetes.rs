@@ -433,7 +433,8 @@ fn status_and_gc_reach_every_known_network() {
     b.fail("STATUS", 50, "daemon down");
     let e = err(&call("STATUS", "", &config));
     assert_eq!(e["code"], 50, "{e}");
-    assert!(e["msg"].as_str().unwrap().contains("net-b"), "{e}");
+    let msg = e["msg"].as_str().unwrap();
+    assert_eq!(msg.matches("network \"net-b\"").count(), 1, "{e}");
 
     // GC: the sandbox the runtime no longer lists gets DEL on both networks, then both
     // networks get GC with the live sandbox's attachments as valid.

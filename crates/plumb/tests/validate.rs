@@ -100,3 +100,21 @@ fn an_unwritable_stdout_is_an_error_not_a_panic() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_directory_with_nothing_to_check_fails() {
+    // A mistyped path, or manifests kept under another extension, must not pass as "valid".
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("nad.txt"),
+        "kind: NetworkAttachmentDefinition\n",
+    )
+    .unwrap();
+    let out = validate(&[d.path()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&d.path().display().to_string()) && stdout.contains(".yaml"),
+        "{stdout}"
+    );
+}
