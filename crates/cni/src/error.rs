@@ -8,6 +8,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::result::null_as_default;
+
 /// The well-known error codes of spec §5, plus the two that Go's reference library adds (8 and
 /// 999), and any plugin-specific code (100 and above).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,14 +102,6 @@ pub struct CniError {
         skip_serializing_if = "String::is_empty"
     )]
     pub details: String,
-}
-
-fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 impl CniError {
