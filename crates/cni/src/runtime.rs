@@ -420,7 +420,8 @@ impl CniConfig {
     }
 
     /// STATUS (spec §2 "STATUS"): nothing before 1.1.0; otherwise every plugin in order, stopping
-    /// at the first error so its code (50, 51) reaches the caller unchanged.
+    /// at the first error so its code (50, 51) reaches the caller unchanged. Every error names
+    /// the network.
     pub fn status_network_list(&self, list: &NetworkConfigList) -> Result<(), CniError> {
         if list.cni_version < Version::V1_1_0 {
             return Ok(());

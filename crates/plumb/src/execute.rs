@@ -112,12 +112,14 @@ fn recorded(a: &Attachment, container_id: &str, dirs: &DeviceInfoDirs) -> Record
             Value::String(path.to_string_lossy().into_owned()),
         );
     }
-    let config = list_json(&a.list);
-    let network_config = Some(list_json(&a.network_list)).filter(|n| *n != config);
+    // Only an attachment that added to its network's configuration (cni-args, an IPAM claim, a
+    // device ID: all in its plugins) has one of its own to keep.
+    let network_config =
+        (a.network_list.plugins != a.list.plugins).then(|| list_json(&a.network_list));
     RecordedAttachment {
         network: a.network.clone(),
         ifname: a.ifname.clone(),
-        config,
+        config: list_json(&a.list),
         network_config,
         capability_args,
         default: a.is_default,

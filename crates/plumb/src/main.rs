@@ -56,23 +56,25 @@ fn report(what: &str, r: Result<(), cni::CniError>) -> ExitCode {
 
 /// `plumb validate`: every problem on stdout, a count on stderr.
 fn validate(paths: &[std::path::PathBuf]) -> ExitCode {
-    let files = match plumb::objects::files_of(paths) {
-        Ok(f) => f,
-        Err(e) => return report("validate", Err(e)),
-    };
-    // A file that cannot be read is a problem of its own; the others are still checked.
-    let mut objects = Vec::new();
+    let mut files = Vec::new();
     let mut problems = Vec::new();
-    // A directory with nothing to check is most likely a mistyped path: it must not pass.
-    for dir in paths.iter().filter(|p| p.is_dir()) {
-        if plumb::objects::files_of(std::slice::from_ref(dir)).is_ok_and(|f| f.is_empty()) {
+    for path in paths {
+        let found = match plumb::objects::files_of(std::slice::from_ref(path)) {
+            Ok(f) => f,
+            Err(e) => return report("validate", Err(e)),
+        };
+        // A directory with nothing to check is most likely a mistyped path: it must not pass.
+        if found.is_empty() {
             problems.push(plumb::validate::Problem {
                 severity: plumb::validate::Severity::Error,
-                object: dir.display().to_string(),
+                object: path.display().to_string(),
                 message: "no .yaml, .yml or .json file to check in this directory".into(),
             });
         }
+        files.extend(found);
     }
+    // A file that cannot be read is a problem of its own; the others are still checked.
+    let mut objects = Vec::new();
     for f in &files {
         match plumb::objects::read_file(f) {
             Ok(o) => objects.extend(o),

@@ -767,15 +767,8 @@ impl Plugin for Plumb<'_> {
                 .verbose(&format!("STATUS: {e}; its networks are left out"));
         }
         for list in networks {
-            call.cni.status_network_list(&list).map_err(|e| {
-                // The plugins' failures already name the network; the others get it here.
-                let named = format!("network {:?}", list.name);
-                not_available(if e.msg.contains(&named) {
-                    e
-                } else {
-                    e.context(named)
-                })
-            })?;
+            // Its errors name the network already.
+            call.cni.status_network_list(&list).map_err(not_available)?;
         }
         Ok(())
     }
