@@ -28,6 +28,8 @@ use serde_json::json;
 
 use crate::plan::Pod;
 
+mod client_stack;
+
 /// What plumb asks of the API server.
 pub trait Cluster {
     /// The pod; `Ok(None)` when it does not exist (after retrying, when `wait_for_pod`).
@@ -510,7 +512,7 @@ async fn client_from(kubeconfig: &Path) -> Result<(kube::Client, String), CniErr
         .trim_end_matches('/')
         .to_string();
     // The client spawns its connection tasks on the runtime this runs on.
-    let client = kube::Client::try_from(cfg).map_err(|e| bad(&e))?;
+    let client = client_stack::client(cfg).map_err(|e| bad(&e))?;
     Ok((client, server))
 }
 

@@ -1,0 +1,81 @@
+//! The kube-rs client plumb talks to the API server through: kube's own layers, on connections
+//! with Nagle's algorithm off.
+//!
+//! kube 5 builds its connector with hyper-util's default, `TCP_NODELAY` off (kube-rs issue
+//! #2056). After the TLS handshake the client's Finished is still unacknowledged when the first
+//! request is written, so the kernel holds that request until the server's ACK comes back: one
+//! round trip more on every CNI call that asks the API anything, and on a loaded API server the
+//! ACK can come late. Go's client-go, which Multus uses, has Nagle off, as Go does for every TCP
+//! connection. So plumb assembles the same stack kube's `Client::try_from` does, from kube's
+//! public `ConfigExt` layers (the documented way to customise the client) and its timeouts
+//! (`hyper-timeout`, as kube: the connect timeout bounds the host name's lookup and the TLS
+//! handshake too), with `set_nodelay(true)` on the TCP connector. Left out on purpose: kube's
+//! retry layer (plumb retries itself, bounded: `cluster.rs`), its tracing layer (plumb installs
+//! no subscriber), gzip (not enabled). A kubeconfig with a `proxy-url` goes to kube's own
+//! builder, which refuses it (plumb builds kube without proxy support) with its own error.
+
+use hyper_timeout::TimeoutConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use kube::client::ConfigExt;
+use tower::{BoxError, ServiceBuilder};
+
+/// The connector: TCP with `TCP_NODELAY`, then TLS as the kubeconfig says (its CA, client
+/// certificate, server name).
+fn connector(
+    cfg: &kube::Config,
+) -> Result<hyper_rustls::HttpsConnector<HttpConnector>, kube::Error> {
+    let mut http = HttpConnector::new();
+    // The URL's scheme is https; the TLS connector wrapped around this one handles it.
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    cfg.rustls_https_connector_with_connector(http)
+}
+
+/// A client for `cfg`, as `kube::Client::try_from(cfg)` builds it but for Nagle (see the module
+/// comment). Spawns its connection tasks on the tokio runtime it is called on.
+pub fn client(cfg: kube::Config) -> Result<kube::Client, kube::Error> {
+    if cfg.proxy_url.is_some() {
+        return kube::Client::try_from(cfg);
+    }
+    // The configuration's timeouts, as kube's builder sets them.
+    let mut timed = TimeoutConnector::new(connector(&cfg)?);
+    timed.set_connect_timeout(cfg.connect_timeout);
+    timed.set_read_timeout(cfg.read_timeout);
+    timed.set_write_timeout(cfg.write_timeout);
+    timed.set_reset_reader_on_write(cfg.reset_reader_on_write);
+    let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build::<_, kube::client::Body>(timed);
+    let service = ServiceBuilder::new()
+        .layer(cfg.base_uri_layer())
+        .option_layer(cfg.auth_layer()?)
+        .layer(cfg.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(hyper);
+    Ok(kube::Client::new(service, cfg.default_namespace))
+}
+
+#[cfg(test)]
+mod tests {
+    use tower::ServiceExt;
+
+    use super::*;
+
+    #[test]
+    fn connections_to_the_api_server_have_nagle_off() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let cfg = kube::Config::new(url.parse().unwrap());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let stream = rt
+            .block_on(connector(&cfg).unwrap().oneshot(url.parse().unwrap()))
+            .unwrap();
+        let hyper_rustls::MaybeHttpsStream::Http(tcp) = stream else {
+            panic!("a plain http URL gives a plain TCP stream");
+        };
+        assert!(tcp.inner().nodelay().unwrap(), "TCP_NODELAY is off");
+    }
+}
