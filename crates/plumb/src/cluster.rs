@@ -26,6 +26,7 @@ use kube::core::Request as ApiRequest;
 use netattach::{NetworkAttachmentDefinition, NetworkRef};
 use serde_json::json;
 
+use crate::files;
 use crate::plan::Pod;
 
 mod client_stack;
@@ -487,6 +488,79 @@ fn shortened(mut text: String, limit: usize) -> String {
     text
 }
 
+/// The most of a kubeconfig plumb reads. A real one, its certificates inline, is a few KiB;
+/// a path that names something larger (a log, an image, `/dev/zero`) is a mistake, and reading
+/// it whole could get the plugin killed for its memory, with no error for the runtime.
+const MAX_KUBECONFIG: u64 = 1 << 20;
+
+/// The most of a `tokenFile` plumb reads: a service-account token is 1–2 KiB.
+const MAX_TOKEN_FILE: u64 = 1 << 20;
+
+/// The kubeconfig at `path`, read as kube-rs's `Kubeconfig::read_from` reads it (its text in
+/// UTF-8 or, after a byte-order mark, UTF-16; several YAML documents merged; relative file
+/// names resolved against its directory), but bounded by [`files::read_bounded`]: `read_from` reads
+/// whatever the path names, to its end.
+fn read_kubeconfig(path: &Path) -> Result<kube::config::Kubeconfig, String> {
+    let bytes = files::read_bounded(path, MAX_KUBECONFIG)?;
+    let text = match bytes.as_slice() {
+        [0xFF, 0xFE, rest @ ..] => utf16(rest, u16::from_le_bytes)?,
+        [0xFE, 0xFF, rest @ ..] => utf16(rest, u16::from_be_bytes)?,
+        [0xEF, 0xBB, 0xBF, rest @ ..] => String::from_utf8(rest.to_vec())
+            .map_err(|_| "not valid UTF-8 after its byte-order mark".to_string())?,
+        _ => String::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())?,
+    };
+    let mut kc = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| e.to_string())?;
+    if let Some(dir) = path.parent() {
+        beside(dir, &mut kc);
+    }
+    Ok(kc)
+}
+
+/// `bytes` as UTF-16 text, each unit decoded by `unit`. kube-rs panics on an odd length.
+fn utf16(bytes: &[u8], unit: fn([u8; 2]) -> u16) -> Result<String, String> {
+    let units = bytes.chunks_exact(2);
+    if !units.remainder().is_empty() {
+        return Err("not valid UTF-16 (an odd number of bytes)".into());
+    }
+    String::from_utf16(&units.map(|c| unit([c[0], c[1]])).collect::<Vec<_>>())
+        .map_err(|_| "not valid UTF-16".to_string())
+}
+
+/// The file names of `kc` that are relative made relative to `dir`, the kubeconfig's directory,
+/// as kube-rs 5's `Kubeconfig::read_from` (and client-go's `GetAuthInfoFileReferences`) does:
+/// certificate-authority, client-certificate, client-key, tokenFile, and an exec command that
+/// contains a separator (a bare name is looked up in `PATH`).
+fn beside(dir: &Path, kc: &mut kube::config::Kubeconfig) {
+    let fix = |file: &mut Option<String>| {
+        if let Some(f) = file.as_deref()
+            && Path::new(f).is_relative()
+            && let Some(abs) = dir.join(f).to_str()
+        {
+            *file = Some(abs.to_owned());
+        }
+    };
+    for cluster in kc.clusters.iter_mut().filter_map(|c| c.cluster.as_mut()) {
+        fix(&mut cluster.certificate_authority);
+    }
+    for auth in kc
+        .auth_infos
+        .iter_mut()
+        .filter_map(|a| a.auth_info.as_mut())
+    {
+        fix(&mut auth.client_certificate);
+        fix(&mut auth.client_key);
+        fix(&mut auth.token_file);
+        if let Some(exec) = auth.exec.as_mut()
+            && exec
+                .command
+                .as_deref()
+                .is_some_and(|c| c.contains(std::path::MAIN_SEPARATOR))
+        {
+            fix(&mut exec.command);
+        }
+    }
+}
+
 /// A client from the kubeconfig file, its current context's token file read now, and the API
 /// server's URL.
 async fn client_from(kubeconfig: &Path) -> Result<(kube::Client, String), CniError> {
@@ -496,7 +570,7 @@ async fn client_from(kubeconfig: &Path) -> Result<(kube::Client, String), CniErr
             format!("kubeconfig {}: {e}", kubeconfig.display()),
         )
     };
-    let mut kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| bad(&e))?;
+    let mut kc = read_kubeconfig(kubeconfig).map_err(|e| bad(&e))?;
     inline_token_file(&mut kc).map_err(|e| bad(&e))?;
     let mut cfg =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
@@ -661,7 +735,8 @@ fn inline_token_file(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
             continue;
         };
         if let Some(file) = auth.token_file.take() {
-            let token = std::fs::read_to_string(&file)
+            let token = files::read_bounded(Path::new(&file), MAX_TOKEN_FILE)
+                .and_then(|b| String::from_utf8(b).map_err(|_| "not valid UTF-8".to_string()))
                 .map_err(|e| format!("user {:?}: tokenFile {file}: {e}", named.name))?;
             let token = token.trim();
             if token.is_empty() {
@@ -973,5 +1048,109 @@ mod tests {
         assert_eq!(e.kind(), ErrorCode::Io, "{e}");
         assert!(e.msg.to_lowercase().contains("certificate"), "{e}");
         assert!(e.msg.contains(&other.url()), "{e}");
+    }
+
+    #[test]
+    fn a_kubeconfig_or_token_file_that_is_no_small_regular_file_is_refused_at_once() {
+        // A kubeconfig path that names a huge file, a device or a FIFO (a mistake in
+        // the configuration, a volume mounted wrong) must not make the CNI call read without
+        // end, hold it all in memory, or wait for a writer: code 7, naming the file and why.
+        let (api, dir, _) = cluster(Duration::from_secs(5));
+        let huge = dir.path().join("huge");
+        let mut text = std::fs::read_to_string(dir.path().join("kubeconfig")).unwrap();
+        text.push_str(&format!("# {}\n", "x".repeat(2 << 20)));
+        std::fs::write(&huge, &text).unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(
+            &fifo,
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .unwrap();
+        let odd_utf16 = dir.path().join("odd-utf16");
+        std::fs::write(&odd_utf16, [0xFF, 0xFE, b'a']).unwrap();
+        for (path, why) in [
+            (huge.as_path(), "larger than 1 MiB"),
+            (Path::new("/dev/zero"), "not a regular file"),
+            (fifo.as_path(), "not a regular file"),
+            (odd_utf16.as_path(), "UTF-16"),
+        ] {
+            let started = Instant::now();
+            let e = in_time(path);
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "{}",
+                path.display()
+            );
+            assert_eq!(e.kind(), ErrorCode::InvalidConfig, "{e}");
+            assert!(
+                e.msg.contains(&format!("kubeconfig {}", path.display())) && e.msg.contains(why),
+                "{e}"
+            );
+        }
+        // The same for the token file it names.
+        let token = dir.path().join("token");
+        std::fs::write(&token, api.token().unwrap()).unwrap();
+        let kubeconfig = api.write_kubeconfig(
+            dir.path().join("kc-token-file"),
+            KubeconfigUser::TokenFile(&token),
+        );
+        for (path, why) in [
+            (huge.as_path(), "larger than 1 MiB"),
+            (Path::new("/dev/zero"), "not a regular file"),
+            (fifo.as_path(), "not a regular file"),
+        ] {
+            let text = std::fs::read_to_string(&kubeconfig)
+                .unwrap()
+                .replace(&token.display().to_string(), &path.display().to_string());
+            let bad = dir.path().join("kc-bad-token-file");
+            std::fs::write(&bad, text).unwrap();
+            let e = in_time(&bad);
+            assert_eq!(e.kind(), ErrorCode::InvalidConfig, "{e}");
+            assert!(
+                e.msg.contains(&format!("tokenFile {}", path.display())) && e.msg.contains(why),
+                "{e}"
+            );
+        }
+    }
+
+    /// The error of a client from `kubeconfig`, which must come within seconds.
+    fn in_time(kubeconfig: &Path) -> CniError {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = kubeconfig.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(KubeCluster::with_budget(&path, Duration::from_secs(5)).err());
+        });
+        rx.recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("{}: no answer within 5 s", kubeconfig.display()))
+            .unwrap_or_else(|| panic!("{}: accepted", kubeconfig.display()))
+    }
+
+    #[test]
+    fn relative_paths_in_the_kubeconfig_are_its_directorys() {
+        // As kubectl and kube-rs read them: a certificate-authority or tokenFile named
+        // relatively is beside the kubeconfig, whatever the plugin's working directory.
+        let (api, dir, _) = cluster(Duration::from_secs(5));
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(sub.join("token"), api.token().unwrap()).unwrap();
+        let kubeconfig = api.write_kubeconfig(
+            sub.join("kubeconfig"),
+            KubeconfigUser::TokenFile(&sub.join("token")),
+        );
+        let mut text = std::fs::read_to_string(&kubeconfig)
+            .unwrap()
+            .replace(&sub.join("token").display().to_string(), "token");
+        if let Some(ca) = api.ca_pem() {
+            std::fs::write(sub.join("ca.crt"), ca).unwrap();
+            let data = text
+                .lines()
+                .find(|l| l.trim_start().starts_with("certificate-authority-data:"))
+                .unwrap()
+                .to_string();
+            text = text.replace(&data, "    certificate-authority: ca.crt");
+        }
+        std::fs::write(&kubeconfig, text).unwrap();
+        let c = KubeCluster::with_budget(&kubeconfig, Duration::from_secs(5)).unwrap();
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
     }
 }

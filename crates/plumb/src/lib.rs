@@ -14,6 +14,7 @@
 //! - [`networks`]: where a node finds delegate configurations (NADs, files).
 //! - [`objects`]: Kubernetes objects (NADs, pods) from YAML/JSON files, for use without a cluster.
 //! - [`plugin`]: plumb as the runtime's CNI plugin.
+//! - [`files`]: files the configuration names, read without waiting or reading on.
 //! - [`log`]: the log, Multus's line format.
 //! - [`standalone`]: `plumb attach`, `detach`, `plan` and `status`, with or without a cluster.
 //! - [`validate`]: `plumb validate`, NADs and pods checked before they reach a cluster.
@@ -24,6 +25,7 @@ pub mod cnitool;
 pub mod config;
 pub mod devices;
 pub mod execute;
+pub mod files;
 pub mod log;
 pub mod networks;
 pub mod objects;
