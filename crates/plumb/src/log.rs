@@ -3,16 +3,19 @@
 //! stderr is captured by the runtime and shown in its own logs, which is where operators look
 //! first; the file keeps a history across calls.
 //!
-//! Logging never fails a CNI call: a log file that cannot be opened or written is reported once
+//! Logging never fails (nor holds) a CNI call: a log file that cannot be opened or written, or
+//! that is not a regular file (a FIFO nobody reads would block the call), is reported once
 //! on stderr and dropped.
 
 use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::sync::Mutex;
 
 use crate::config::{Config, LogLevel};
+use crate::files;
 
 pub struct Log {
     level: LogLevel,
@@ -32,14 +35,7 @@ impl Log {
 
     pub fn from_config(config: &Config) -> Log {
         let file = config.log_file.as_ref().and_then(|path| {
-            // 0600, as Multus's log file (lumberjack) is created: the log holds pod and network
-            // details and delegates' stderr, which other users of the node need not read.
-            match OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .open(path)
-            {
+            match open_log_file(path) {
                 Ok(f) => Some(Mutex::new(f)),
                 Err(e) => {
                     // Not eprintln!, which panics when stderr cannot be written: logging must
@@ -48,7 +44,7 @@ impl Log {
                         std::io::stderr(),
                         "plumb: cannot open logFile {}: {}",
                         path.display(),
-                        one_line(&e.to_string())
+                        one_line(&e)
                     );
                     None
                 }
@@ -98,6 +94,30 @@ impl Log {
     pub fn debug_enabled(&self) -> bool {
         self.level >= LogLevel::Debug
     }
+}
+
+/// The log file at `path`, opened for appending (created 0600, as Multus's log file
+/// (lumberjack) is: the log holds pod and network details and delegates' stderr, which other
+/// users of the node need not read). Only a regular file is a log file: opening a FIFO for
+/// writing waits for a reader, and writing to one waits for room once the pipe is full, either
+/// holding the CNI call while nobody reads; a device or a socket keeps no history either.
+fn open_log_file(path: &Path) -> Result<File, String> {
+    // Looked at before it is opened, so that the error says what it is.
+    if let Ok(meta) = std::fs::metadata(path)
+        && !meta.is_file()
+    {
+        return Err(files::not_regular(meta.file_type()));
+    }
+    // And checked again once open, without waiting: something else may be there by now.
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(files::nonblocking())
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    files::regular(&file)?;
+    Ok(file)
 }
 
 /// `msg` as one line: messages carry strings from outside (annotations, API answers, a
@@ -164,5 +184,39 @@ mod tests {
         log_to(&path).error("x");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    }
+
+    #[test]
+    fn a_log_file_that_is_no_regular_file_is_not_used_and_does_not_block() {
+        // A FIFO nobody reads (or a device) as logFile: opening it for writing would wait for a
+        // reader, and writing could wait for room, holding the CNI call forever. It is refused
+        // as a log file that cannot be opened is: the call goes on without it.
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("plumb.log");
+        nix::unistd::mkfifo(
+            &fifo,
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let log = log_to(&path);
+            log.error("x");
+            let _ = tx.send(log.file.is_none());
+        });
+        let unused = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("opening a FIFO as logFile blocked the call");
+        assert!(unused, "a FIFO was taken as the log file");
+        // With a reader, opening it would succeed: it is still no log file (a slow or stopped
+        // reader would block every write once the pipe is full).
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(&fifo)
+            .unwrap();
+        assert!(log_to(&fifo).file.is_none());
+        drop(reader);
     }
 }
