@@ -219,9 +219,12 @@ impl<'a> PendingRecord<'a> {
     /// Once the first attachment is done, or could not start a delegate: the record is in
     /// place, written now if no delegate took it, or this is why it is not. Later calls are
     /// no-ops.
-    fn settle(&self) -> Result<(), CniError> {
+    fn settle(&self) -> Result<(), Unwritten> {
         if let Some(gate) = self.exec.take_stdin_gate() {
-            return gate();
+            return gate().map_err(|error| Unwritten {
+                error,
+                stopped_a_delegate: false,
+            });
         }
         match self
             .committed
@@ -229,10 +232,22 @@ impl<'a> PendingRecord<'a> {
             .unwrap_or_else(|p| p.into_inner())
             .take()
         {
-            Some(Err(e)) => Err(e),
+            Some(Err(error)) => Err(Unwritten {
+                error,
+                stopped_a_delegate: true,
+            }),
             _ => Ok(()),
         }
     }
+}
+
+/// Why an ADD's record is not in place.
+struct Unwritten {
+    error: CniError,
+    /// Whether a delegate took the write (and was stopped when it failed, failing its
+    /// attachment with this same error), rather than it being written after the attachment
+    /// ended without starting one.
+    stopped_a_delegate: bool,
 }
 
 impl Executor<'_> {
@@ -272,11 +287,26 @@ impl Executor<'_> {
             let r = &record.attachments[i];
             let outcome = self.add_one(sandbox, a, r, i, n);
             if i == 0
-                && let Err(e) = pending.settle()
+                && let Err(unwritten) = pending.settle()
             {
-                // A record that could not be written: its delegate was stopped before it read
-                // its configuration, so nothing ran and there is nothing to roll back, but the
-                // device-info file made for it (a copy of the device plugin's) is plumb's own.
+                // A record that could not be written: no delegate read its configuration (the
+                // first was stopped before it did, or none started), so nothing ran and there
+                // is nothing to roll back, but the device-info file made for it (a copy of the
+                // device plugin's) is plumb's own.
+                let e = match outcome {
+                    // The attachment had failed already, before any delegate took the record's
+                    // write (its plugin not found, its device-info file not made, its delegate
+                    // not started): that failure is the one to fix first, and the record's
+                    // comes with it.
+                    Err((original, _)) if !unwritten.stopped_a_delegate => {
+                        original.add_details(format!(
+                            "and the attachment record could not be written: {}",
+                            unwritten.error
+                        ))
+                    }
+                    // Its delegate was stopped by the write: the failure is the write's.
+                    _ => unwritten.error,
+                };
                 return Err(match &r.device_info_file {
                     Some(path) => match delete_device_info_file(&record, r, path) {
                         Ok(()) => e,
@@ -297,7 +327,7 @@ impl Executor<'_> {
             }
         }
         // Done after the first attachment; here only when there were none.
-        pending.settle()?;
+        pending.settle().map_err(|u| u.error)?;
         if let Some(a) = attachments
             .iter()
             .find(|a| a.default_route.as_ref().is_some_and(|g| !g.is_empty()))
@@ -901,6 +931,68 @@ mod tests {
             dp.exists(),
             "the device plugin's own file is not plumb's to remove"
         );
+    }
+
+    /// Plugins that cannot be found, looked for after the state directory was removed: the
+    /// attachment fails before any delegate starts, and the record cannot be put in place.
+    struct MissingAndNoStateDir {
+        state_dir: PathBuf,
+        gate: Mutex<Option<StdinGate>>,
+    }
+
+    impl Exec for MissingAndNoStateDir {
+        fn find_in_path(&self, plugin_type: &str, _: &[PathBuf]) -> Result<PathBuf, CniError> {
+            let _ = std::fs::remove_dir_all(&self.state_dir);
+            Err(CniError::new(
+                cni::ErrorCode::InvalidConfig,
+                format!("cannot find plugin {plugin_type:?}"),
+            ))
+        }
+
+        fn hold_next_stdin(&self, gate: StdinGate) -> Result<(), CniError> {
+            *self.gate.lock().unwrap() = Some(gate);
+            Ok(())
+        }
+
+        fn take_stdin_gate(&self) -> Option<StdinGate> {
+            self.gate.lock().unwrap().take()
+        }
+
+        fn exec_plugin(&self, p: &Path, _: &[u8], _: &PluginEnv) -> Result<ExecOutput, CniError> {
+            panic!("no plugin can be found, yet {} ran", p.display())
+        }
+    }
+
+    #[test]
+    fn an_add_that_fails_keeps_its_error_when_the_record_cannot_be_written_either() {
+        // The first attachment fails before its delegate starts (its plugin is not installed),
+        // and the record cannot be put in place: the operator must see why the attachment
+        // failed, with the record's problem beside it, not only the record's.
+        let d = tempfile::tempdir().unwrap();
+        let state_dir = d.path().join("state");
+        let exec = MissingAndNoStateDir {
+            state_dir: state_dir.clone(),
+            gate: Mutex::new(None),
+        };
+        let cni = runner(d.path(), exec);
+        let records = RecordStore::new(&state_dir);
+        let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
+        let executor = executor(&cni, &records, &dirs);
+        let sandbox = Sandbox {
+            container_id: "c-twice".into(),
+            netns: "/var/run/netns/x".into(),
+            ..Sandbox::default()
+        };
+        let e = executor
+            .add(&sandbox, None, &[attachment("net-a", "eth0", "macvlan")])
+            .unwrap_err();
+        assert_eq!(e.code, 7, "{e:?}");
+        assert!(
+            e.msg.contains("cannot find plugin \"macvlan\"") && e.msg.contains("net-a"),
+            "{e:?}"
+        );
+        assert!(e.details.contains("c-twice.json"), "{e:?}");
+        assert!(!records.path("c-twice").unwrap().exists());
     }
 
     #[test]
