@@ -218,18 +218,31 @@ impl Planner<'_> {
     fn default_network(&mut self, ifname: &str) -> Result<(), CniError> {
         if let Some(pod) = self.pod
             && let Some(value) = pod.annotations.get(DEFAULT_NETWORK_ANNOTATION)
-            && !value.trim().is_empty()
         {
+            // Present but empty is not absent: Multus fails such a pod's ADD (its parser finds
+            // no network), and falling back to the cluster network would attach the pod to a
+            // network it asked to replace.
+            if value.trim().is_empty() {
+                return Err(invalid(format!(
+                    "pod {}/{}: annotation {DEFAULT_NETWORK_ANNOTATION:?} is empty; it must name \
+                     exactly one network (without it the pod gets the cluster network)",
+                    pod.namespace, pod.name
+                )));
+            }
             let elements = selection::parse(value).map_err(|e| {
                 invalid(format!(
-                    "invalid {DEFAULT_NETWORK_ANNOTATION:?} annotation: {}",
+                    "pod {}/{}: invalid {DEFAULT_NETWORK_ANNOTATION:?} annotation: {}",
+                    pod.namespace,
+                    pod.name,
                     e.detail()
                 ))
             })?;
             let [element] = elements.as_slice() else {
                 return Err(invalid(format!(
-                    "annotation {DEFAULT_NETWORK_ANNOTATION:?} must name exactly one network, \
-                     not {}",
+                    "pod {}/{}: annotation {DEFAULT_NETWORK_ANNOTATION:?} must name exactly one \
+                     network, not {}",
+                    pod.namespace,
+                    pod.name,
                     elements.len()
                 )));
             };

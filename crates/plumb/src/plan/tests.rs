@@ -286,6 +286,27 @@ fn the_default_network_annotation_replaces_the_cluster_network() {
 }
 
 #[test]
+fn an_empty_default_network_annotation_is_refused_not_ignored() {
+    // Multus fails the ADD of a pod whose default-network annotation names nothing; falling
+    // back to the cluster network would attach the pod where it did not ask to be.
+    for empty in ["", "  ", "\t\n", "[]"] {
+        let e = plan(
+            &config(json!({})),
+            Some(&pod("default", &[(DEFAULT_NETWORK_ANNOTATION, empty)])),
+            "eth0",
+            &cluster(),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, 7, "{empty:?}: {e}");
+        assert!(
+            e.msg.contains(DEFAULT_NETWORK_ANNOTATION) && e.msg.contains("default/web"),
+            "{empty:?}: {e}"
+        );
+    }
+}
+
+#[test]
 fn namespace_isolation_refuses_with_pod_nad_and_rule() {
     let cfg = config(json!({"namespaceIsolation": true}));
     let e = plan(
