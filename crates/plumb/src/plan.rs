@@ -122,6 +122,28 @@ pub struct Plan {
     pub warnings: Vec<String>,
 }
 
+/// The one network a `v1.multus-cni.io/default-network` annotation names, or why it names
+/// none (the planner and `plumb validate` read it alike). Present but empty is not absent:
+/// Multus fails such a pod's ADD (its parser finds no network), and falling back to the cluster
+/// network would attach the pod to a network it asked to replace.
+pub fn default_network_element(value: &str) -> Result<NetworkSelectionElement, String> {
+    if value.trim().is_empty() {
+        return Err(
+            "it is empty; it must name exactly one network (without the annotation \
+                    the pod gets the cluster network)"
+                .into(),
+        );
+    }
+    let mut elements = selection::parse(value).map_err(|e| e.detail())?;
+    if elements.len() != 1 {
+        return Err(format!(
+            "it must name exactly one network, not {}",
+            elements.len()
+        ));
+    }
+    Ok(elements.remove(0))
+}
+
 fn invalid(msg: String) -> CniError {
     CniError::new(ErrorCode::InvalidConfig, msg)
 }
@@ -219,33 +241,12 @@ impl Planner<'_> {
         if let Some(pod) = self.pod
             && let Some(value) = pod.annotations.get(DEFAULT_NETWORK_ANNOTATION)
         {
-            // Present but empty is not absent: Multus fails such a pod's ADD (its parser finds
-            // no network), and falling back to the cluster network would attach the pod to a
-            // network it asked to replace.
-            if value.trim().is_empty() {
-                return Err(invalid(format!(
-                    "pod {}/{}: annotation {DEFAULT_NETWORK_ANNOTATION:?} is empty; it must name \
-                     exactly one network (without it the pod gets the cluster network)",
-                    pod.namespace, pod.name
-                )));
-            }
-            let elements = selection::parse(value).map_err(|e| {
+            let element = default_network_element(value).map_err(|e| {
                 invalid(format!(
-                    "pod {}/{}: invalid {DEFAULT_NETWORK_ANNOTATION:?} annotation: {}",
-                    pod.namespace,
-                    pod.name,
-                    e.detail()
+                    "pod {}/{}: annotation {DEFAULT_NETWORK_ANNOTATION:?}: {e}",
+                    pod.namespace, pod.name
                 ))
             })?;
-            let [element] = elements.as_slice() else {
-                return Err(invalid(format!(
-                    "pod {}/{}: annotation {DEFAULT_NETWORK_ANNOTATION:?} must name exactly one \
-                     network, not {}",
-                    pod.namespace,
-                    pod.name,
-                    elements.len()
-                )));
-            };
             let r = element.network_ref(&self.config.multus_namespace);
             self.check_isolation(pod, &r, DEFAULT_NETWORK_ANNOTATION)?;
             if element.interface.is_some() {
@@ -275,7 +276,7 @@ impl Planner<'_> {
             .collect();
             self.warn_unknown_keys(
                 &format!("annotation {DEFAULT_NETWORK_ANNOTATION:?}"),
-                element,
+                &element,
             );
             if !ignored.is_empty() {
                 self.out.warnings.push(format!(

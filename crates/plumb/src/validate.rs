@@ -16,7 +16,7 @@ use netattach::selection::{self, NETWORKS_ANNOTATION};
 use netattach::{NetworkAttachmentDefinition, NetworkRef};
 
 use crate::objects::{self, FileObject};
-use crate::plan::DEFAULT_NETWORK_ANNOTATION;
+use crate::plan::{DEFAULT_NETWORK_ANNOTATION, default_network_element};
 
 /// Capability names of the CNI conventions (CONVENTIONS.md) and of the NPWG specifications.
 const KNOWN_CAPABILITIES: &[&str] = &[
@@ -134,8 +134,9 @@ pub fn validate(objects: &[FileObject]) -> Vec<Problem> {
                 continue;
             }
         };
+        // As the planner reads it: an empty value, `[]` or two networks fail ADD too.
         if let Some(v) = pod.annotations.get(DEFAULT_NETWORK_ANNOTATION)
-            && let Err(e) = selection::parse(v)
+            && let Err(e) = default_network_element(v)
         {
             problems.push(error(
                 o,
