@@ -571,7 +571,7 @@ async fn client_from(kubeconfig: &Path) -> Result<(kube::Client, String), CniErr
         )
     };
     let mut kc = read_kubeconfig(kubeconfig).map_err(|e| bad(&e))?;
-    inline_token_file(&mut kc).map_err(|e| bad(&e))?;
+    inline_files(&mut kc).map_err(|e| bad(&e))?;
     let mut cfg =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await
@@ -714,19 +714,28 @@ impl Cluster for KubeCluster {
     }
 }
 
-/// Reads the `tokenFile` of the current context's user now, trimmed, into `token`: kube-rs
-/// keeps a file's token for a minute and does not trim it, while a service-account token written
-/// with a final newline is common (client-go trims). Reading it on every CNI call is what makes
-/// rotation safe. Other users' token files are left alone: a stale entry nobody uses must not
-/// fail every call. Without a current context, every user's is read (kube-rs then refuses the
+/// The files the current context names, read now and bounded ([`files::read_bounded`]) into
+/// the kubeconfig itself, so that kube-rs, which reads them whole whatever they are (a FIFO
+/// waits for a writer, `/dev/zero` never ends), has nothing left to read:
+/// - its user's `tokenFile`, trimmed, into `token`: kube-rs keeps a file's token for a minute
+///   and does not trim it, while a service-account token written with a final newline is
+///   common (client-go trims). Reading it on every CNI call is what makes rotation safe;
+/// - its user's `client-certificate` and `client-key`, and its cluster's
+///   `certificate-authority`, into their `-data` forms (base64), unless those are given, which
+///   kube-rs would use instead of the files anyway.
+///
+/// Other users' and clusters' files are left alone: a stale entry nobody uses must not fail
+/// every call. Without a current context, every one is read (kube-rs then refuses the
 /// kubeconfig with its own message).
-fn inline_token_file(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
-    let current_user = kc.current_context.as_ref().and_then(|current| {
+fn inline_files(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
+    let context = kc.current_context.as_ref().and_then(|current| {
         kc.contexts
             .iter()
             .find(|c| &c.name == current)
-            .and_then(|c| c.context.as_ref()?.user.clone())
+            .and_then(|c| c.context.clone())
     });
+    let current_user = context.as_ref().and_then(|c| c.user.clone());
+    let current_cluster = context.as_ref().map(|c| c.cluster.clone());
     for named in &mut kc.auth_infos {
         if current_user.as_ref().is_some_and(|u| *u != named.name) {
             continue;
@@ -734,18 +743,57 @@ fn inline_token_file(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
         let Some(auth) = named.auth_info.as_mut() else {
             continue;
         };
+        let user = |e: String| format!("user {:?}: {e}", named.name);
         if let Some(file) = auth.token_file.take() {
             let token = files::read_bounded(Path::new(&file), MAX_TOKEN_FILE)
                 .and_then(|b| String::from_utf8(b).map_err(|_| "not valid UTF-8".to_string()))
-                .map_err(|e| format!("user {:?}: tokenFile {file}: {e}", named.name))?;
+                .map_err(|e| user(format!("tokenFile {file}: {e}")))?;
             let token = token.trim();
             if token.is_empty() {
-                return Err(format!("user {:?}: tokenFile {file} is empty", named.name));
+                return Err(user(format!("tokenFile {file} is empty")));
             }
             auth.token = Some(token.to_string().into());
         }
+        if auth.client_certificate_data.is_none()
+            && let Some(file) = auth.client_certificate.take()
+        {
+            let pem = inlined(&file).map_err(|e| user(format!("client-certificate {e}")))?;
+            auth.client_certificate_data = Some(pem);
+        }
+        if auth.client_key_data.is_none()
+            && let Some(file) = auth.client_key.take()
+        {
+            let pem = inlined(&file).map_err(|e| user(format!("client-key {e}")))?;
+            auth.client_key_data = Some(pem.into());
+        }
+    }
+    for named in &mut kc.clusters {
+        if current_cluster.as_ref().is_some_and(|c| *c != named.name) {
+            continue;
+        }
+        let Some(cluster) = named.cluster.as_mut() else {
+            continue;
+        };
+        if cluster.certificate_authority_data.is_none()
+            && let Some(file) = cluster.certificate_authority.take()
+        {
+            let pem = inlined(&file)
+                .map_err(|e| format!("cluster {:?}: certificate-authority {e}", named.name))?;
+            cluster.certificate_authority_data = Some(pem);
+        }
     }
     Ok(())
+}
+
+/// The most of a certificate or key file plumb reads: a CA bundle of a whole system store is a
+/// few hundred KiB.
+const MAX_CERT_FILE: u64 = 1 << 20;
+
+/// The file a kubeconfig names for a certificate or key, as its `-data` form (base64).
+fn inlined(file: &str) -> Result<String, String> {
+    files::read_bounded(Path::new(file), MAX_CERT_FILE)
+        .map(|pem| cni::base64::encode(&pem))
+        .map_err(|e| format!("{file}: {e}"))
 }
 
 /// An answer about another object than the one asked for (a proxy's mistake, or worse) is not
@@ -1123,6 +1171,60 @@ mod tests {
         rx.recv_timeout(Duration::from_secs(5))
             .unwrap_or_else(|_| panic!("{}: no answer within 5 s", kubeconfig.display()))
             .unwrap_or_else(|| panic!("{}: accepted", kubeconfig.display()))
+    }
+
+    #[test]
+    fn certificate_and_key_files_are_read_bounded_into_the_kubeconfig() {
+        // The cluster's CA, the client certificate and its key named as files work as their
+        // -data forms do; a FIFO or a device in their place fails at once with code 7 naming
+        // the field, where kube-rs would wait for a writer or read on without end.
+        let (api, dir, _) = cluster(Duration::from_secs(5));
+        let kubeconfig = api.write_kubeconfig(
+            dir.path().join("kc-cert"),
+            KubeconfigUser::ClientCertificate,
+        );
+        let text = std::fs::read_to_string(&kubeconfig).unwrap();
+        let keys = ["certificate-authority", "client-certificate", "client-key"];
+        let mut with_files = text.clone();
+        for key in keys {
+            let line = text
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{key}-data:")))
+                .unwrap();
+            let data = line.split_once(':').unwrap().1.trim();
+            let file = dir.path().join(key);
+            std::fs::write(&file, cni::base64::decode(data).unwrap()).unwrap();
+            let indent = &line[..line.len() - line.trim_start().len()];
+            with_files = with_files.replace(line, &format!("{indent}{key}: {}", file.display()));
+        }
+        let files = dir.path().join("kc-files");
+        std::fs::write(&files, &with_files).unwrap();
+        let c = KubeCluster::with_budget(&files, Duration::from_secs(5)).unwrap();
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
+
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(
+            &fifo,
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .unwrap();
+        for key in keys {
+            for bad in [fifo.as_path(), Path::new("/dev/zero")] {
+                let text = with_files.replace(
+                    &dir.path().join(key).display().to_string(),
+                    &bad.display().to_string(),
+                );
+                let kc = dir.path().join("kc-bad");
+                std::fs::write(&kc, text).unwrap();
+                let e = in_time(&kc);
+                assert_eq!(e.kind(), ErrorCode::InvalidConfig, "{e}");
+                assert!(
+                    e.msg.contains(&format!("{key} {}", bad.display()))
+                        && e.msg.contains("not a regular file"),
+                    "{key}: {e}"
+                );
+            }
+        }
     }
 
     #[test]
