@@ -8,6 +8,7 @@
 
 use std::fs;
 use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -21,6 +22,16 @@ pub const DEFAULT_BASE_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo";
 
 /// The subdirectory of the CNI files (§4.2).
 pub const CNI_SUBDIR: &str = "cni";
+
+/// The mode of the device-info files plumb writes: readable by all (what they hold is published
+/// in the pod's network-status anyway), writable only by root, whatever the umask of the runtime
+/// that started plumb. A world-writable file would let any local user change what plumb reports
+/// and what the delegates read.
+pub const FILE_MODE: u32 = 0o644;
+
+/// The mode of the device-info directories plumb creates: a world-writable one would let any
+/// local user plant files, or links where plumb writes.
+pub const DIR_MODE: u32 = 0o755;
 
 /// A device-info file that cannot be used.
 #[derive(Debug, Error)]
@@ -220,16 +231,25 @@ pub fn read(path: &Path) -> Result<Option<DeviceInfo>, DeviceInfoFileError> {
         })
 }
 
-/// Writes a device-info file, creating its directory (§4.1.1, §4.2.1, §5.1.2). The content
-/// goes to a temporary file in the same directory first and is renamed into place, so a
-/// reader never sees half a file. Not fsynced: the file lives as long as the pod's sandbox,
-/// which a reboot ends anyway.
+/// Creates a device-info directory and the missing ones above it, each with [`DIR_MODE`] (or
+/// less, as the umask takes away; never more). §4.2.1: the implementation "must create it".
+pub fn create_dir(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+}
+
+/// Writes a device-info file with [`FILE_MODE`], creating its directory (§4.1.1, §4.2.1,
+/// §5.1.2). The content goes to a temporary file in the same directory first and is renamed
+/// into place, so a reader never sees half a file. Not fsynced: the file lives as long as the
+/// pod's sandbox, which a reboot ends anyway.
 pub fn write(path: &Path, info: &DeviceInfo) -> Result<(), DeviceInfoFileError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    create_dir(dir).map_err(io_err(dir))?;
     let file_name = path.file_name().ok_or_else(|| {
         io_err(path)(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -245,7 +265,15 @@ pub fn write(path: &Path, info: &DeviceInfo) -> Result<(), DeviceInfoFileError> 
     let tmp = dir.join(tmp_name);
     let bytes = serde_json::to_vec(info).map_err(|e| io_err(path)(io::Error::other(e)))?;
     let result = (|| {
-        let mut f = fs::File::create(&tmp)?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE)
+            .open(&tmp)?;
+        // The umask may have taken read bits away, and a temporary file left by a killed
+        // process keeps its old mode: set it exactly.
+        f.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
         f.write_all(&bytes)?;
         fs::rename(&tmp, path)
     })();
@@ -424,6 +452,43 @@ mod tests {
         assert_eq!(cni::CniError::from(e).code, 7);
         let e = read(tmp.path()).unwrap_err();
         assert_eq!(cni::CniError::from(e).code, 5);
+    }
+
+    #[test]
+    fn files_and_directories_are_not_world_writable_whatever_the_umask() {
+        // The umask is per process: run this test again in a child started with umask 000,
+        // the way a runtime with that umask would start plumb.
+        const CHILD: &str = "NETATTACH_TEST_UMASK_CHILD";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new("sh")
+                .args(["-c", "umask 000 && exec \"$0\" \"$@\""])
+                .arg(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "device_info_files::tests::files_and_directories_are_not_world_writable_whatever_the_umask",
+                    "--test-threads=1",
+                    "--nocapture",
+                ])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{text}");
+            assert!(text.contains("1 passed"), "{text}");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs = DeviceInfoDirs::new(tmp.path().join("devinfo"));
+        let cni = dirs.cni_path("ns/n", "c", "net1");
+        write(&cni, &DeviceInfo::pci(PciDevice::default())).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&cni), 0o644);
+        assert_eq!(mode(&dirs.cni_dir()), 0o755);
+        assert_eq!(mode(&dirs.base), 0o755);
+        let dp = dirs.dp_dir();
+        create_dir(&dp).unwrap();
+        assert_eq!(mode(&dp), 0o755);
     }
 
     #[test]

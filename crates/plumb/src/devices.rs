@@ -99,7 +99,8 @@ pub fn prepare_device_info_file(
     cni_file: &Path,
 ) -> Result<(), CniError> {
     let dir = dirs.cni_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| {
+    // Not world-writable, whatever the runtime's umask (device_info_files::DIR_MODE).
+    device_info_files::create_dir(&dir).map_err(|e| {
         CniError::new(
             cni::ErrorCode::Io,
             format!(
@@ -185,6 +186,40 @@ mod tests {
                 .unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn the_device_info_directory_is_not_world_writable_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        // The umask is per process: run this test again in a child started with umask 000,
+        // the way a runtime with that umask would start plumb.
+        const CHILD: &str = "PLUMB_TEST_UMASK_CHILD";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new("sh")
+                .args(["-c", "umask 000 && exec \"$0\" \"$@\""])
+                .arg(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "devices::tests::the_device_info_directory_is_not_world_writable_whatever_the_umask",
+                    "--test-threads=1",
+                    "--nocapture",
+                ])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{text}");
+            assert!(text.contains("1 passed"), "{text}");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs = DeviceInfoDirs::new(tmp.path().join("devinfo"));
+        let file = dirs.cni_path("ns/n", "c", "net1");
+        prepare_device_info_file(&dirs, None, &file).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dirs.cni_dir()), 0o755);
+        assert_eq!(mode(&dirs.base), 0o755);
     }
 
     #[test]
