@@ -33,10 +33,16 @@ pub struct IPAMClaimSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct IPAMClaimStatus {
     /// The IP addresses (v4, v6) allocated for the pod interface, as written (usually CIDRs).
-    #[serde(default)]
+    /// `null` reads as none: §8.2's Go field has no `omitempty`, so Go clients write
+    /// `"ips": null` until an IPAM plugin allocates (and §8.2.1's example has `ips:` empty).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub ips: Vec<String>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(Option::<Vec<String>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// An IPAMClaim (§8.2).
@@ -163,6 +169,20 @@ mod tests {
             IPAMClaim::url_path(&(), Some("ns1")),
             "/apis/k8s.cni.cncf.io/v1alpha1/namespaces/ns1/ipamclaims"
         );
+    }
+
+    #[test]
+    fn a_status_with_null_ips_reads_as_no_ips() {
+        // §8.2's Go type has `IPs []string `json:"ips"`` without omitempty, so a claim whose
+        // IPs are not allocated yet is written `"ips": null`; §8.2.1's YAML (`ips:` with no
+        // value) is the same.
+        let c: IPAMClaim = serde_json::from_value(json!({
+            "metadata": {"name": "vm-a.tenantred", "namespace": "ns1"},
+            "spec": {"network": "tenantred", "interface": "pod16367aacb67"},
+            "status": {"ips": null}
+        }))
+        .unwrap();
+        assert!(c.ips().is_empty());
     }
 
     #[test]
