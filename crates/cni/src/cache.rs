@@ -88,6 +88,15 @@ mod base64_bytes {
     }
 }
 
+/// An error of the file helpers below ([`write_atomic`], [`stage`], [`Staged`]), which write
+/// other files than the cache's too (plumb's attachment records): the caller says whose file.
+fn write_err(path: &Path, e: io::Error) -> CniError {
+    CniError::new(
+        ErrorCode::Io,
+        format!("cannot write {}: {e}", path.display()),
+    )
+}
+
 fn io_err(what: impl std::fmt::Display, path: &Path, e: io::Error) -> CniError {
     CniError::new(
         ErrorCode::Io,
@@ -142,7 +151,7 @@ impl ResultCache {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| io_err("cannot create", &dir, e))?;
-        write_atomic(&path, &encode_entry(entry)?)
+        write_atomic(&path, &encode_entry(entry)?).map_err(|e| e.context("result cache"))
     }
 
     /// Reads an entry. `Ok(None)` when there is none; an error when it exists but cannot be
@@ -347,10 +356,9 @@ pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
         .truncate(true)
         .mode(0o600)
         .open(&staged.tmp)
-        .map_err(|e| io_err("cannot write", path, e))?;
+        .map_err(|e| write_err(path, e))?;
     // From here on, dropping `staged` removes the temporary file.
-    f.write_all(bytes)
-        .map_err(|e| io_err("cannot write", path, e))?;
+    f.write_all(bytes).map_err(|e| write_err(path, e))?;
     staged.file = Some(f);
     Ok(staged)
 }
@@ -437,7 +445,7 @@ impl Staged {
             }
             Ok(())
         })();
-        result.map_err(|e: io::Error| io_err("cannot write", &self.path, e))
+        result.map_err(|e: io::Error| write_err(&self.path, e))
         // Dropping `self` removes the temporary file if the rename did not happen.
     }
 }

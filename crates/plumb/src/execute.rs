@@ -209,7 +209,9 @@ impl<'a> PendingRecord<'a> {
         let committed = Arc::new(Mutex::new(None));
         let outcome = Arc::clone(&committed);
         exec.hold_next_stdin(Box::new(move || {
-            let r = staged.commit_durable();
+            let r = staged
+                .commit_durable()
+                .map_err(|e| e.context("attachment record"));
             *outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(r.clone());
             r
         }))?;
@@ -920,6 +922,11 @@ mod tests {
             )
             .unwrap_err();
         assert!(e.msg.contains("c-lost.json"), "{e}");
+        // Said to be the attachment record, not the libcni result cache it is written like.
+        assert!(
+            e.msg.contains("attachment record") && !e.msg.contains("result cache"),
+            "{e}"
+        );
         // No delegate acted (not even a rollback DEL), and nothing is left behind.
         assert!(ran.lock().unwrap().is_empty(), "{:?}", ran.lock().unwrap());
         assert!(cni.exec.take_stdin_gate().is_none());

@@ -152,7 +152,9 @@ impl RecordStore {
 
     /// Puts the record in place, durably (replacing the one there, if any).
     pub fn save(&self, record: &Record) -> Result<(), cni::CniError> {
-        self.stage(record)?.commit_durable()
+        self.stage(record)?
+            .commit_durable()
+            .map_err(|e| e.context("attachment record"))
     }
 
     /// Writes the record beside its place (creating the directory, 0700), for
