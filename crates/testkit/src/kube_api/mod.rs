@@ -38,6 +38,7 @@ mod writes;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -70,6 +71,11 @@ pub struct KubeApiOptions {
     /// How often a watch with `allowWatchBookmarks` gets a bookmark. Default 60 s, as the
     /// API server's watch cache.
     pub bookmark_interval: Duration,
+    /// Offer HTTP/2 to TLS clients by ALPN, as the API server does (a client that picks it
+    /// gets its requests served concurrently on one connection). `false`: HTTP/1.1 only, as
+    /// behind a proxy that does not speak HTTP/2. Plain HTTP is always HTTP/1.1. Default
+    /// `true`.
+    pub http2: bool,
 }
 
 impl Default for KubeApiOptions {
@@ -80,6 +86,7 @@ impl Default for KubeApiOptions {
             tokens: vec![format!("testkit-{}", store::new_uid())],
             allow_anonymous: false,
             bookmark_interval: Duration::from_secs(60),
+            http2: true,
         }
     }
 }
@@ -116,7 +123,9 @@ impl KubeApi {
         let addr = listener
             .local_addr()
             .expect("local address of a bound socket");
-        let tls = opts.tls.then(|| tls::generate(opts.client_cert_auth));
+        let tls = opts
+            .tls
+            .then(|| tls::generate(opts.client_cert_auth, opts.http2));
         let acceptor = tls
             .as_ref()
             .map(|t| TlsAcceptor::from(t.server_config.clone()));
@@ -134,7 +143,9 @@ impl KubeApi {
                 .clamp(Duration::from_millis(1), Duration::from_secs(86_400)),
             addr,
             connections: Mutex::new(Vec::new()),
-            accepted: std::sync::atomic::AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
         });
 
         // current_thread: one core's worth of server is plenty for tests, starts in
@@ -313,6 +324,19 @@ impl KubeApi {
 
     pub fn clear_requests(&self) {
         lock(&self.shared.log).clear();
+    }
+
+    /// The number of connections accepted so far (TLS handshakes included, even failed ones).
+    pub fn connections_accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// The most requests that were being handled at once so far: more than 1 only when a
+    /// client had several in flight together (on HTTP/2, or on several connections). A
+    /// request counts from its arrival until its answer's head is ready, injected latency
+    /// included; a watch's stream after that is not counted.
+    pub fn max_in_flight(&self) -> u64 {
+        self.shared.max_in_flight.load(Ordering::SeqCst)
     }
 
     /// Waits until a logged request matches (including ones logged before the call), for at

@@ -1,6 +1,7 @@
 //! The HTTP side of the stand-in: accepting connections (plain TCP or TLS, always with
-//! TCP_NODELAY), authentication, injected faults, the request log, and the response body type
-//! (whole JSON documents, or the chunked stream of a watch).
+//! TCP_NODELAY; HTTP/2 when the TLS client picks `h2` by ALPN, else HTTP/1.1), authentication,
+//! injected faults, the request log, and the response body type (whole JSON documents, or the
+//! streamed events of a watch).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,10 +14,10 @@ use std::time::Duration;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{AUTHORIZATION, CONNECTION, CONTENT_TYPE, HeaderMap, HeaderValue};
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
@@ -52,6 +53,9 @@ pub(crate) struct Shared {
     pub connections: Mutex<Vec<AbortHandle>>,
     /// The number of connections accepted so far (the last one's id).
     pub accepted: AtomicU64,
+    /// Requests being handled now, and the most there ever were at once.
+    pub in_flight: AtomicU64,
+    pub max_in_flight: AtomicU64,
 }
 
 /// Locks a mutex, ignoring poisoning: a panicking test thread must not take the server down
@@ -232,7 +236,7 @@ pub(crate) async fn accept_loop(
 
 async fn connection(shared: Arc<Shared>, stream: TcpStream, tls: Option<TlsAcceptor>, id: u64) {
     match tls {
-        None => serve(shared, TokioIo::new(stream), false, id).await,
+        None => serve(shared, TokioIo::new(stream), false, false, id).await,
         Some(acceptor) => {
             let Ok(Ok(stream)) =
                 tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
@@ -246,20 +250,45 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, tls: Option<TlsAccep
                 .1
                 .peer_certificates()
                 .is_some_and(|c| !c.is_empty());
-            serve(shared, TokioIo::new(stream), client_cert, id).await;
+            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            serve(shared, TokioIo::new(stream), client_cert, h2, id).await;
         }
     }
 }
 
-async fn serve<I>(shared: Arc<Shared>, io: I, client_cert: bool, connection: u64)
+/// Serves one connection in HTTP/2 (`h2`, its requests handled concurrently) or HTTP/1.1.
+async fn serve<I>(shared: Arc<Shared>, io: I, client_cert: bool, h2: bool, connection: u64)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let svc = service_fn(move |req| handle(shared.clone(), client_cert, connection, req));
-    let _ = http1::Builder::new()
-        .keep_alive(true)
-        .serve_connection(io, svc)
-        .await;
+    if h2 {
+        let _ = http2::Builder::new(TokioExecutor::new())
+            .serve_connection(io, svc)
+            .await;
+    } else {
+        let _ = http1::Builder::new()
+            .keep_alive(true)
+            .serve_connection(io, svc)
+            .await;
+    }
+}
+
+/// Counts a request as in flight while it lives.
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn enter(shared: &'a Shared) -> InFlight<'a> {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 fn header(headers: &HeaderMap, name: hyper::header::HeaderName) -> Option<String> {
@@ -285,6 +314,8 @@ async fn handle(
     connection: u64,
     req: Request<Incoming>,
 ) -> Result<Response<RespBody>, Disconnect> {
+    // Until the answer's head is ready (a watch's stream is not counted).
+    let _in_flight = InFlight::enter(&shared);
     let (parts, body) = req.into_parts();
     let method = parts.method.as_str().to_owned();
     let path = parts.uri.path().to_owned();

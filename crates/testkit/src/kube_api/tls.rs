@@ -23,7 +23,8 @@ pub(crate) struct TlsMaterial {
 /// The subject of the client certificate (`CN`), as a real cluster would name the user.
 pub(crate) const CLIENT_CN: &str = "plumb-test";
 
-pub(crate) fn generate(client_cert_auth: bool) -> TlsMaterial {
+/// `http2`: offer `h2` by ALPN (before `http/1.1`, as the API server does).
+pub(crate) fn generate(client_cert_auth: bool, http2: bool) -> TlsMaterial {
     let ca_key = KeyPair::generate().expect("generate CA key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca_params
@@ -86,7 +87,11 @@ pub(crate) fn generate(client_cert_auth: bool) -> TlsMaterial {
     let mut config = builder
         .with_single_cert(chain, key)
         .expect("server certificate and key match");
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = if http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
 
     TlsMaterial {
         ca_pem: ca_cert.pem(),
