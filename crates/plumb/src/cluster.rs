@@ -12,10 +12,15 @@
 //! everything one CNI call asks of the API by [`API_BUDGET`], so that the error reaches the
 //! runtime before the runtime gives up on the call. A 401 is retried once with the kubeconfig and
 //! its token file read again: a token rotated during the call is picked up.
+//!
+//! The NADs a pod selects are asked for together ([`Cluster::nads`]): over an HTTP/2 connection
+//! they go out at once, sharing it, instead of one round trip after another; over HTTP/1.1 they
+//! are asked one after the other, as each would open a connection of its own otherwise.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cni::error::{CniError, ErrorCode};
@@ -37,6 +42,14 @@ pub trait Cluster {
     fn pod(&self, namespace: &str, name: &str, wait_for_pod: bool)
     -> Result<Option<Pod>, CniError>;
     fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError>;
+    /// [`Cluster::nad`] of each of `refs`, in their order; the real API asks for them at once
+    /// when it can.
+    fn nads(
+        &self,
+        refs: &[NetworkRef],
+    ) -> Vec<Result<Option<NetworkAttachmentDefinition>, CniError>> {
+        refs.iter().map(|r| self.nad(r)).collect()
+    }
     /// Sets the pod's `k8s.v1.cni.cncf.io/network-status` annotation (one PATCH of the status
     /// subresource, as Multus writes it through `pods/status`).
     fn set_network_status(&self, pod: &Pod, value: &str) -> Result<(), CniError>;
@@ -87,6 +100,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// creation 2 minutes (`--runtime-request-timeout`) and the delegates need their share; past this
 /// the call fails with code 11 and the kubelet tries again.
 const API_BUDGET: Duration = Duration::from_secs(30);
+
+/// The most NAD GETs of one call in flight at once on an HTTP/2 connection (the API server
+/// allows 100 or more streams on one; a pod selects a handful of NADs).
+const MAX_CONCURRENT_GETS: usize = 8;
 
 /// Why a request got no answer that plumb can use.
 #[derive(Debug)]
@@ -232,8 +249,14 @@ pub struct KubeCluster {
     /// The API server's URL, for errors.
     server: String,
     /// Replaced once per call when the API refuses the token (401): see
-    /// [`KubeCluster::with_retries`].
+    /// [`KubeCluster::retrying`].
     client: Mutex<Client>,
+    /// Held while the client is built again, so that requests refused together wait for the
+    /// one rebuild and are retried with its client.
+    rebuilding: futures::lock::Mutex<()>,
+    /// Whether the last answer came over HTTP/2: only then are requests sent together (see
+    /// [`Cluster::nads`]).
+    http2: AtomicBool,
     /// How much of the budget this call's requests have spent so far.
     spent: Mutex<Duration>,
     budget: Duration,
@@ -263,10 +286,12 @@ impl Drop for Runtime {
     }
 }
 
-/// The client, and whether it was already built again after a 401.
+/// The client, whether it was already built again after a 401, and how many times that
+/// succeeded (0 or 1).
 struct Client {
     client: kube::Client,
     reread: bool,
+    generation: u8,
 }
 
 impl KubeCluster {
@@ -290,18 +315,23 @@ impl KubeCluster {
             client: Mutex::new(Client {
                 client,
                 reread: false,
+                generation: 0,
             }),
+            rebuilding: futures::lock::Mutex::new(()),
+            http2: AtomicBool::new(false),
             spent: Mutex::new(Duration::ZERO),
             budget,
         })
     }
 
     fn client(&self) -> kube::Client {
-        self.client
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .client
-            .clone()
+        self.current().0
+    }
+
+    /// The client and its generation (which rebuild it comes from).
+    fn current(&self) -> (kube::Client, u8) {
+        let c = self.client.lock().unwrap_or_else(|p| p.into_inner());
+        (c.client.clone(), c.generation)
     }
 
     /// What is left of the budget for a request that started at `started`.
@@ -336,55 +366,113 @@ impl KubeCluster {
         }
     }
 
-    /// Runs `op` (given the client) until it succeeds, fails for good, or the retries or the
-    /// budget run out. `retry_not_found` also retries a 404 (a pod the API server does not show
-    /// yet). The call's first 401 rebuilds the client from the kubeconfig, whose token file may
-    /// have been replaced since this call read it (the old token revoked with the pod that held
-    /// it), and retries at once.
+    /// [`KubeCluster::retrying`] on its own, its time counted as spent.
     fn with_retries<T, F, Fut>(&self, retry_not_found: bool, op: F) -> Result<T, Failure>
     where
         F: Fn(kube::Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, kube::Error>>,
     {
         let started = Instant::now();
-        self.spend(async {
-            let mut waits = BACKOFF.iter();
-            loop {
-                let e = match self.attempt(started, op(self.client())).await {
-                    Ok(v) => return Ok(v),
-                    Err(e) => e,
-                };
-                if e.is_status(401) && self.reread_once().await {
-                    continue;
-                }
-                let again = e.transient() || (retry_not_found && e.is_not_found());
-                // Never sooner than the server asked (a 429 from priority and fairness, as
-                // client-go waits); a wait past the budget ends the call now, with code 11.
-                match waits.next().map(|wait| (*wait).max(e.retry_after())) {
-                    Some(wait) if again && wait < self.left(started) => {
-                        tokio::time::sleep(wait).await
-                    }
-                    _ => return Err(e),
-                }
-            }
-        })
+        self.spend(self.retrying(started, retry_not_found, op))
     }
 
-    /// Builds the client again from the kubeconfig, the first time in this call; whether it did.
-    async fn reread_once(&self) -> bool {
+    /// Runs `op` (given the client) until it succeeds, fails for good, or the retries or the
+    /// budget (what is left of it for requests that started at `started`) run out.
+    /// `retry_not_found` also retries a 404 (a pod the API server does not show yet). The
+    /// call's first 401 rebuilds the client from the kubeconfig, whose token file may have been
+    /// replaced since this call read it (the old token revoked with the pod that held it), and
+    /// retries at once; requests refused with the old client at the same time are retried with
+    /// the new one.
+    async fn retrying<T, F, Fut>(
+        &self,
+        started: Instant,
+        retry_not_found: bool,
+        op: F,
+    ) -> Result<T, Failure>
+    where
+        F: Fn(kube::Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, kube::Error>>,
+    {
+        let mut waits = BACKOFF.iter();
+        loop {
+            let (client, generation) = self.current();
+            let e = match self.attempt(started, op(client)).await {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            if e.is_status(401) && self.rebuilt_since(generation).await {
+                continue;
+            }
+            let again = e.transient() || (retry_not_found && e.is_not_found());
+            // Never sooner than the server asked (a 429 from priority and fairness, as
+            // client-go waits); a wait past the budget ends the call now, with code 11.
+            match waits.next().map(|wait| (*wait).max(e.retry_after())) {
+                Some(wait) if again && wait < self.left(started) => tokio::time::sleep(wait).await,
+                _ => return Err(e),
+            }
+        }
+    }
+
+    /// Whether there is a client newer than `generation` (the one a request was refused
+    /// with): built again from the kubeconfig now, the first time in this call, or by a
+    /// request refused at the same time.
+    async fn rebuilt_since(&self, generation: u8) -> bool {
+        let _one_at_a_time = self.rebuilding.lock().await;
         {
-            let mut c = self.client.lock().unwrap_or_else(|p| p.into_inner());
+            let c = self.client.lock().unwrap_or_else(|p| p.into_inner());
+            if c.generation > generation {
+                return true;
+            }
             if c.reread {
                 return false;
             }
-            c.reread = true;
         }
+        self.client.lock().unwrap_or_else(|p| p.into_inner()).reread = true;
         match client_from(&self.kubeconfig).await {
             Ok((client, _)) => {
-                self.client.lock().unwrap_or_else(|p| p.into_inner()).client = client;
+                let mut c = self.client.lock().unwrap_or_else(|p| p.into_inner());
+                c.client = client;
+                c.generation += 1;
+                // A new client has no connection yet: which version it speaks is not known.
+                self.http2.store(false, Ordering::Relaxed);
                 true
             }
             Err(_) => false,
+        }
+    }
+
+    /// GET of NAD `r`, retried as [`KubeCluster::retrying`] does.
+    async fn get_nad(
+        &self,
+        started: Instant,
+        r: &NetworkRef,
+    ) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
+        let what = format!("get network-attachment-definition {r}");
+        let http2 = &self.http2;
+        let got = self
+            .retrying(started, false, |client| async move {
+                let api =
+                    Api::<NetworkAttachmentDefinition>::namespaced(client.clone(), &r.namespace);
+                let request =
+                    ApiRequest::new(api.resource_url()).get(&r.name, &GetParams::default());
+                send::<NetworkAttachmentDefinition>(&client, request, http2).await
+            })
+            .await;
+        match got {
+            Ok(nad) => {
+                let meta = &nad.metadata;
+                answers_for(
+                    &what,
+                    (
+                        meta.namespace.as_deref().unwrap_or_default(),
+                        meta.name.as_deref().unwrap_or_default(),
+                    ),
+                    (&r.namespace, &r.name),
+                )?;
+                Ok(Some(nad))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(cni_error(&self.server, &what, &e)),
         }
     }
 }
@@ -393,13 +481,16 @@ impl KubeCluster {
 /// methods take any JSON object in an error answer for a `Status` and its `code` for the HTTP
 /// status (0 when there is none): a load balancer's 503 `{"message": …}` was then final, and a
 /// 500 whose body said 404 a missing pod. The status line is what the server (or whatever is
-/// in front of it) answered; the body only explains it.
+/// in front of it) answered; the body only explains it. `http2` is set to whether the answer
+/// came over HTTP/2.
 async fn send<T: serde::de::DeserializeOwned>(
     client: &kube::Client,
     request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    http2: &AtomicBool,
 ) -> Result<T, kube::Error> {
     let request = request.map_err(kube::Error::BuildRequest)?;
     let answer = client.send(request.map(kube::client::Body::from)).await?;
+    http2.store(answer.version() == http::Version::HTTP_2, Ordering::Relaxed);
     let code = answer.status().as_u16();
     let success = (200..300).contains(&code);
     // Seconds only: the API server never sends the HTTP-date form.
@@ -598,10 +689,11 @@ impl Cluster for KubeCluster {
         wait_for_pod: bool,
     ) -> Result<Option<Pod>, CniError> {
         let what = format!("get pod {namespace}/{name}");
+        let http2 = &self.http2;
         let got = self.with_retries(wait_for_pod, |client| async move {
             let api = Api::<KubePod>::namespaced(client.clone(), namespace);
             let request = ApiRequest::new(api.resource_url()).get(name, &GetParams::default());
-            send(&client, request).await
+            send(&client, request, http2).await
         });
         match got {
             Ok(p) => {
@@ -615,28 +707,28 @@ impl Cluster for KubeCluster {
     }
 
     fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
-        let what = format!("get network-attachment-definition {r}");
-        let got = self.with_retries(false, |client| async move {
-            let api = Api::<NetworkAttachmentDefinition>::namespaced(client.clone(), &r.namespace);
-            let request = ApiRequest::new(api.resource_url()).get(&r.name, &GetParams::default());
-            send::<NetworkAttachmentDefinition>(&client, request).await
-        });
-        match got {
-            Ok(nad) => {
-                let meta = &nad.metadata;
-                answers_for(
-                    &what,
-                    (
-                        meta.namespace.as_deref().unwrap_or_default(),
-                        meta.name.as_deref().unwrap_or_default(),
-                    ),
-                    (&r.namespace, &r.name),
-                )?;
-                Ok(Some(nad))
-            }
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(cni_error(&self.server, &what, &e)),
+        self.spend(self.get_nad(Instant::now(), r))
+    }
+
+    /// Together, on one HTTP/2 connection, when the last answer came over one: hyper's pool
+    /// shares a connection between requests once it knows it is HTTP/2, and otherwise (HTTP/1.1,
+    /// or no connection yet) each request in flight would open one of its own, a TLS handshake
+    /// each. Each GET is retried on its own; their time counts once against the budget.
+    fn nads(
+        &self,
+        refs: &[NetworkRef],
+    ) -> Vec<Result<Option<NetworkAttachmentDefinition>, CniError>> {
+        use futures::StreamExt;
+        if refs.len() < 2 || !self.http2.load(Ordering::Relaxed) {
+            return refs.iter().map(|r| self.nad(r)).collect();
         }
+        let started = Instant::now();
+        self.spend(
+            futures::stream::iter(refs)
+                .map(|r| self.get_nad(started, r))
+                .buffered(MAX_CONCURRENT_GETS)
+                .collect(),
+        )
     }
 
     fn set_network_status(&self, pod: &Pod, value: &str) -> Result<(), CniError> {
@@ -653,11 +745,12 @@ impl Cluster for KubeCluster {
         let params = PatchParams::default();
         let patch = Patch::Merge(&patch);
         let (params, patch) = (&params, &patch);
+        let http2 = &self.http2;
         let patched = self.with_retries(false, |client| async move {
             let api = Api::<KubePod>::namespaced(client.clone(), &pod.namespace);
             let request = ApiRequest::new(api.resource_url())
                 .patch_subresource("status", &pod.name, params, patch);
-            send::<KubePod>(&client, request).await
+            send::<KubePod>(&client, request, http2).await
         });
         let what = format!("set network-status of pod {}/{}", pod.namespace, pod.name);
         let patched = patched.map_err(|e| cni_error(&self.server, &what, &e))?;
@@ -885,6 +978,131 @@ mod tests {
         let e = c.nad(&r).unwrap_err();
         assert!(e.msg.contains("ns-b/net-a"), "{e}");
         assert!(c.nad(&r).unwrap().is_some());
+    }
+
+    /// A NAD of `ns`/`name` as the API serves it.
+    fn nad_object(ns: &str, name: &str) -> serde_json::Value {
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"namespace": ns, "name": name},
+               "spec": {"config": "{\"cniVersion\":\"1.0.0\",\"type\":\"bridge\"}"}})
+    }
+
+    /// The stand-in (`http2` or HTTP/1.1 only) with pod `default/p` and NADs `ns-a/one` and
+    /// `ns-a/two`, each NAD answer 200 ms late; `ns-a/broken` answers 403. A client for it.
+    fn slow_nads(http2: bool) -> (KubeApi, tempfile::TempDir, KubeCluster, Vec<NetworkRef>) {
+        let api = KubeApi::start(KubeApiOptions {
+            http2,
+            ..KubeApiOptions::default()
+        });
+        api.put(
+            Resource::Pods,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"namespace": "default", "name": "p"},
+                   "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+        );
+        for name in ["one", "two"] {
+            api.put(
+                Resource::NetworkAttachmentDefinitions,
+                nad_object("ns-a", name),
+            );
+        }
+        let nads = "/apis/k8s.cni.cncf.io/v1/namespaces/ns-a/network-attachment-definitions";
+        api.add_fault(
+            Fault::new(FaultKind::Status(403, "Forbidden".into())).path(&format!("{nads}/broken")),
+        );
+        api.add_fault(Fault::new(FaultKind::Latency(Duration::from_millis(200))).path(nads));
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = api.write_kubeconfig(dir.path().join("kubeconfig"), KubeconfigUser::Token);
+        let c = KubeCluster::from_kubeconfig(&kubeconfig).unwrap();
+        let refs = ["one", "missing", "broken", "two"]
+            .map(|n| NetworkRef::new("ns-a", n))
+            .to_vec();
+        (api, dir, c, refs)
+    }
+
+    /// What `nads` answered for `slow_nads`'s refs: each as `nad` answers it, in order.
+    fn assert_answers(got: &[Result<Option<NetworkAttachmentDefinition>, CniError>]) {
+        let name = |i: usize| {
+            got[i]
+                .as_ref()
+                .unwrap()
+                .as_ref()
+                .map(|n| n.metadata.name.clone().unwrap())
+        };
+        assert_eq!(got.len(), 4);
+        assert_eq!(name(0).as_deref(), Some("one"));
+        assert_eq!(name(1), None, "a missing NAD is Ok(None)");
+        let e = got[2].as_ref().unwrap_err();
+        assert!(
+            e.msg
+                .contains("get network-attachment-definition ns-a/broken"),
+            "{e}"
+        );
+        assert!(e.msg.contains("403"), "{e}");
+        assert_eq!(e.code, ErrorCode::Io.code(), "{e}");
+        assert_eq!(name(3).as_deref(), Some("two"));
+    }
+
+    #[test]
+    fn nads_go_out_together_on_one_http2_connection() {
+        let (api, _dir, c, refs) = slow_nads(true);
+        // The pod's GET opens the connection and shows it is HTTP/2.
+        c.pod("default", "p", false).unwrap().unwrap();
+        assert_answers(&c.nads(&refs));
+        assert!(api.max_in_flight() >= 2, "{}", api.max_in_flight());
+        assert_eq!(api.connections_accepted(), 1);
+    }
+
+    #[test]
+    fn nads_go_one_after_the_other_over_http1_or_before_the_version_is_known() {
+        // HTTP/1.1: together they would each need a connection of their own.
+        let (api, _dir, c, refs) = slow_nads(false);
+        c.pod("default", "p", false).unwrap().unwrap();
+        assert_answers(&c.nads(&refs));
+        assert_eq!(api.max_in_flight(), 1);
+        assert_eq!(api.connections_accepted(), 1);
+        // No answer yet, so no connection whose version is known: one after the other, and
+        // the first one's connection carries the others.
+        let (api, _dir, c, refs) = slow_nads(true);
+        assert_answers(&c.nads(&refs));
+        assert_eq!(api.max_in_flight(), 1);
+        assert_eq!(api.connections_accepted(), 1);
+    }
+
+    #[test]
+    fn nads_refused_together_for_a_rotated_token_are_all_retried_with_the_new_one() {
+        let (api, dir, _, refs) = slow_nads(true);
+        let token = dir.path().join("token");
+        let kubeconfig = api.write_kubeconfig(
+            dir.path().join("rotating"),
+            KubeconfigUser::TokenFile(&token),
+        );
+        let c = KubeCluster::from_kubeconfig(&kubeconfig).unwrap();
+        c.pod("default", "p", false).unwrap().unwrap();
+        // The token is replaced (and the old one revoked) after the call read it.
+        let old = api.token().unwrap();
+        api.accept_token("rotated");
+        api.revoke_token(&old);
+        std::fs::write(&token, "rotated").unwrap();
+        let found = [&refs[0], &refs[3]].map(|r| r.clone());
+        let got = c.nads(&found);
+        assert!(got.iter().all(|g| matches!(g, Ok(Some(_)))), "{got:?}");
+        let statuses: Vec<u16> = api
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains("network-attachment-definitions"))
+            .map(|r| r.status)
+            .collect();
+        assert_eq!(
+            statuses.iter().filter(|s| **s == 401).count(),
+            2,
+            "{statuses:?}"
+        );
+        assert_eq!(
+            statuses.iter().filter(|s| **s == 200).count(),
+            2,
+            "{statuses:?}"
+        );
     }
 
     #[test]

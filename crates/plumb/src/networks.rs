@@ -1,8 +1,10 @@
 //! Where a node finds delegate configurations (the planner's [`Networks`] seam): NADs from the
 //! API server, and configuration files from plumb's `confDir` or a configured path, read as
 //! libcni reads them (multi-net spec §3.4.1). For STATUS, NADs that recorded pods attached
-//! come from their records ([`RecordedNads`]).
+//! come from their records ([`RecordedNads`]). The NADs a pod selects are fetched together
+//! before planning ([`PrefetchedNads`]).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use cni::NetworkConfigList;
@@ -48,6 +50,45 @@ impl Networks for NodeNetworks<'_> {
             return conf_dir::load_file(first);
         }
         conf_dir::load_file(path)
+    }
+}
+
+/// NADs fetched before planning, in front of `rest`: the planner asks for NADs one at a time,
+/// and asked of the API one at a time each is a round trip; fetched together
+/// ([`Cluster::nads`]) they share one. Each fetched NAD answers as `rest` would have: found,
+/// missing, or the error of its GET, which surfaces only if the planner asks for it (one it
+/// refuses, or never reaches, fails nothing). Any other NAD is asked of `rest`.
+pub struct PrefetchedNads<'a> {
+    nads: BTreeMap<NetworkRef, Result<Option<NetworkAttachmentDefinition>, CniError>>,
+    rest: Box<dyn Networks + 'a>,
+}
+
+impl<'a> PrefetchedNads<'a> {
+    /// `refs` fetched from `cluster` now.
+    pub fn new(
+        cluster: &dyn Cluster,
+        refs: &[NetworkRef],
+        rest: Box<dyn Networks + 'a>,
+    ) -> PrefetchedNads<'a> {
+        let nads = refs.iter().cloned().zip(cluster.nads(refs)).collect();
+        PrefetchedNads { nads, rest }
+    }
+}
+
+impl Networks for PrefetchedNads<'_> {
+    fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
+        match self.nads.get(r) {
+            Some(fetched) => fetched.clone(),
+            None => self.rest.nad(r),
+        }
+    }
+
+    fn conf_by_name(&self, name: &str) -> Result<Option<NetworkConfigList>, CniError> {
+        self.rest.conf_by_name(name)
+    }
+
+    fn conf_at(&self, path: &Path) -> Result<NetworkConfigList, CniError> {
+        self.rest.conf_at(path)
     }
 }
 

@@ -148,6 +148,45 @@ fn invalid(msg: String) -> CniError {
     CniError::new(ErrorCode::InvalidConfig, msg)
 }
 
+/// multi-net spec §7.4: whether namespace isolation lets `pod` use NAD `r`.
+fn may_use(config: &Config, pod: &Pod, r: &NetworkRef) -> bool {
+    !config.namespace_isolation
+        || r.namespace == pod.namespace
+        || config.global_namespaces.contains(&r.namespace)
+}
+
+/// The NADs the pod's `k8s.v1.cni.cncf.io/networks` annotation selects, as the planner will
+/// ask for them: in order, each once, at most `max`, and none from the first one namespace
+/// isolation refuses on (the planner stops there). None when the annotation is absent or does
+/// not parse: the planner says what is wrong with it. They can then be fetched together
+/// before planning.
+pub fn selected_nads(config: &Config, pod: &Pod, max: usize) -> Vec<NetworkRef> {
+    let Some(value) = pod
+        .annotations
+        .get(NETWORKS_ANNOTATION)
+        .filter(|v| !v.trim().is_empty())
+    else {
+        return Vec::new();
+    };
+    let Ok(elements) = selection::parse(value) else {
+        return Vec::new();
+    };
+    let mut refs: Vec<NetworkRef> = Vec::new();
+    let usable = elements
+        .iter()
+        .map(|e| e.network_ref(&pod.namespace))
+        .take_while(|r| may_use(config, pod, r));
+    for r in usable {
+        if refs.len() == max {
+            break;
+        }
+        if !refs.contains(&r) {
+            refs.push(r);
+        }
+    }
+    refs
+}
+
 /// Plans the attachments of `pod` (`None` without Kubernetes: the default network and the
 /// configured extra networks only) for a request whose runtime interface name is `ifname`.
 ///
@@ -378,10 +417,7 @@ impl Planner<'_> {
     /// multi-net spec §7.4, Multus `namespaceIsolation`: a pod may use NADs of its own
     /// namespace and of `globalNamespaces` only.
     fn check_isolation(&self, pod: &Pod, r: &NetworkRef, source: &str) -> Result<(), CniError> {
-        if !self.config.namespace_isolation
-            || r.namespace == pod.namespace
-            || self.config.global_namespaces.contains(&r.namespace)
-        {
+        if may_use(self.config, pod, r) {
             return Ok(());
         }
         Err(invalid(format!(

@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::devices::KubeletDevices;
 use crate::execute::{Added, DefaultRoutes, Executor, Sandbox};
 use crate::log::Log;
-use crate::networks::{NodeNetworks, RecordedNads};
+use crate::networks::{NodeNetworks, PrefetchedNads, RecordedNads};
 use crate::plan::{self, Devices, Plan, Pod};
 use crate::pod_args::PodArgs;
 use crate::pod_resources::KubeletPodResources;
@@ -39,6 +39,10 @@ pub const NETWORKS_ARG: &str = "PLUMB_NETWORKS";
 /// How long ADD waits for `readinessindicatorfile` (Multus's 45 s), and how often it looks.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(45);
 const READINESS_POLL: Duration = Duration::from_millis(250);
+
+/// The most NADs of a pod's selection fetched together before planning; any more are asked
+/// for as the planner reaches them.
+const MAX_PREFETCHED_NADS: usize = 32;
 
 /// The plugin. `routes` changes default routes in pod namespaces.
 pub struct Plumb<'a> {
@@ -143,6 +147,23 @@ impl Call {
         }))
     }
 
+    /// `networks` with the NADs `pod` selects fetched from the API now, together
+    /// ([`PrefetchedNads`]); as they are without Kubernetes.
+    fn prefetched<'n>(
+        &'n self,
+        pod: Option<&Pod>,
+        networks: Box<dyn crate::plan::Networks + 'n>,
+    ) -> Result<Box<dyn crate::plan::Networks + 'n>, CniError> {
+        let (Some(pod), Some(cluster)) = (pod, self.try_cluster()?) else {
+            return Ok(networks);
+        };
+        let refs = plan::selected_nads(&self.config, pod, MAX_PREFETCHED_NADS);
+        if refs.is_empty() {
+            return Ok(networks);
+        }
+        Ok(Box::new(PrefetchedNads::new(cluster, &refs, networks)))
+    }
+
     fn sandbox(&self, args: &CmdArgs) -> Sandbox {
         Sandbox {
             container_id: args.container_id.clone(),
@@ -216,7 +237,8 @@ impl Call {
         ifname: &str,
         devices: Option<&dyn Devices>,
     ) -> Result<Plan, CniError> {
-        let plan = plan::plan(&self.config, pod, ifname, &*self.networks()?, devices)?;
+        let networks = self.prefetched(pod, self.networks()?)?;
+        let plan = plan::plan(&self.config, pod, ifname, &*networks, devices)?;
         for w in &plan.warnings {
             self.log.verbose(w);
         }

@@ -56,8 +56,13 @@ fn nad(ns: &str, name: &str, config: Value) -> Value {
 impl Cluster {
     /// `net` picks this test's subnets (10.<net>.1-3.0/24), so tests run in parallel.
     fn new(net: u8) -> Cluster {
+        Cluster::with_api(net, KubeApiOptions::default())
+    }
+
+    /// [`Cluster::new`], the stand-in started with `opts`.
+    fn with_api(net: u8, opts: KubeApiOptions) -> Cluster {
         testkit::netns::require_root();
-        let api = KubeApi::start(KubeApiOptions::default());
+        let api = KubeApi::start(opts);
         let node = Node::new();
         let (b0, b1, parent) = (unique_name("kc"), unique_name("ka"), unique_name("kp"));
         let parent_link = Link::bridge(&parent);
@@ -947,4 +952,157 @@ fn status_of_a_cluster_network_from_a_file_asks_the_api_server_nothing_either() 
     ok(&run_node_wide("STATUS", &config));
     assert_eq!(c.api.requests().len(), 0, "{:?}", c.api.requests());
     ok(&c.call("DEL", &ns, pod, "cfst"));
+}
+
+/// What the stand-in saw of one ADD: connections accepted, most requests in flight at once.
+#[derive(Debug, PartialEq)]
+struct AddSeen {
+    connections: u64,
+    max_in_flight: u64,
+}
+
+/// ADD (then DEL) of a pod selecting three NADs, each NAD answer 200 ms late so that GETs sent
+/// together certainly overlap, against a stand-in that offers HTTP/2 (`http2`) or not.
+fn add_with_three_slow_nads(net: u8, http2: bool) -> AddSeen {
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::with_api(
+        net,
+        KubeApiOptions {
+            http2,
+            ..KubeApiOptions::default()
+        },
+    );
+    let bridge = unique_name("kh");
+    let _b = Link::adopt(&bridge);
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        bridge_nad(
+            &c.node,
+            ("default", "net-c"),
+            &bridge,
+            format!("10.{net}.4.0/24"),
+            false,
+        ),
+    );
+    let uid = c.pod(
+        "default",
+        "telco",
+        json!({NETWORKS: "net-a,other-ns/net-b@mv1,net-c"}),
+    );
+    c.api.add_fault(
+        Fault::new(FaultKind::Latency(std::time::Duration::from_millis(200)))
+            .method("GET")
+            .path("/apis/k8s.cni.cncf.io/v1/namespaces/"),
+    );
+    let ns = Netns::new();
+    let pod = ("default", "telco", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "ctelco"));
+    let seen = AddSeen {
+        connections: c.api.connections_accepted(),
+        max_in_flight: c.api.max_in_flight(),
+    };
+    assert_eq!(ns.addresses("net1"), [format!("10.{net}.2.2/24")]);
+    assert_eq!(ns.addresses("mv1"), [format!("10.{net}.3.2/24")]);
+    assert_eq!(ns.addresses("net3"), [format!("10.{net}.4.2/24")]);
+    let nad_gets = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.contains("network-attachment-definitions"))
+        .count();
+    // The cluster network's, and the three the pod selects, each once.
+    assert_eq!(nad_gets, 4);
+    ok(&c.call("DEL", &ns, pod, "ctelco"));
+    c.assert_nothing_left(&ns, "ctelco");
+    seen
+}
+
+#[test]
+fn the_nads_of_a_pod_are_fetched_together_over_one_http2_connection() {
+    let seen = add_with_three_slow_nads(227, true);
+    assert_eq!(seen.connections, 1, "{seen:?}");
+    assert!(seen.max_in_flight >= 2, "{seen:?}");
+}
+
+#[test]
+fn over_http1_the_nads_are_fetched_one_after_the_other_on_one_connection() {
+    let seen = add_with_three_slow_nads(228, false);
+    assert_eq!(
+        seen,
+        AddSeen {
+            connections: 1,
+            max_in_flight: 1
+        }
+    );
+}
+
+#[test]
+fn a_fetched_nad_the_planner_never_uses_fails_nothing() {
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(229);
+    let mut config = c.config.clone();
+    config["namespaceIsolation"] = json!(true);
+    let c = Cluster { config, ..c };
+    let forbidden = |ns: &str, name: &str| {
+        Fault::new(FaultKind::Status(403, "Forbidden".into())).path(&format!(
+            "/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}"
+        ))
+    };
+    c.api.add_fault(forbidden("default", "net-a"));
+    c.api.add_fault(forbidden("other-ns", "net-b"));
+    let ns = Netns::new();
+
+    // A missing NAD is reported as it always was, not the refusal of the NAD after it, which
+    // was fetched with it but is never used.
+    let uid = c.pod("default", "gone", json!({NETWORKS: "missing-net,net-a"}));
+    let e = err(&c.call("ADD", &ns, ("default", "gone", &uid), "cgone"));
+    assert_eq!(e["code"], 7, "{e}");
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("default/missing-net") && msg.contains("not found"),
+        "{e}"
+    );
+    assert!(!msg.contains("403"), "{e}");
+    let net_a = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.path
+                .ends_with("/default/network-attachment-definitions/net-a")
+        })
+        .map(|r| r.status)
+        .collect::<Vec<_>>();
+    assert_eq!(net_a, [403], "net-a was fetched with missing-net");
+    c.assert_nothing_left(&ns, "cgone");
+
+    // A NAD namespace isolation refuses is refused as always, and not even asked for.
+    let uid = c.pod("default", "iso", json!({NETWORKS: "other-ns/net-b"}));
+    let e = err(&c.call("ADD", &ns, ("default", "iso", &uid), "ciso"));
+    assert_eq!(e["code"], 7, "{e}");
+    assert!(
+        e["msg"].as_str().unwrap().contains("namespaceIsolation"),
+        "{e}"
+    );
+    assert!(
+        !c.api
+            .requests()
+            .iter()
+            .any(|r| r.path.contains("other-ns/network-attachment-definitions")),
+        "a NAD the pod may not use was asked for"
+    );
+    c.assert_nothing_left(&ns, "ciso");
+
+    // A NAD the planner does use still fails the call with its GET's error.
+    let uid = c.pod("default", "denied", json!({NETWORKS: "net-a"}));
+    let e = err(&c.call("ADD", &ns, ("default", "denied", &uid), "cdenied"));
+    assert_eq!(e["code"], 5, "{e}");
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("get network-attachment-definition default/net-a"),
+        "{e}"
+    );
+    c.assert_nothing_left(&ns, "cdenied");
 }

@@ -919,3 +919,30 @@ fn a_nad_whose_file_cannot_be_looked_up_is_named_with_its_pod() {
         assert!(e.msg.contains(part), "{part}: {e}");
     }
 }
+
+#[test]
+fn the_nads_to_fetch_before_planning_are_those_the_planner_will_ask_for() {
+    let cfg = config(json!({}));
+    let refs = |annotation: &str, cfg: &Config| -> Vec<String> {
+        selected_nads(cfg, &pod("tenant", &[(NETWORKS_ANNOTATION, annotation)]), 3)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+    // In order, each once, at most the cap.
+    assert_eq!(
+        refs("net-a,other-ns/net-b,net-a,x,y", &cfg),
+        ["tenant/net-a", "other-ns/net-b", "tenant/x"]
+    );
+    // The planner reports an annotation that does not parse: nothing to fetch.
+    assert!(refs("[{\"name\":", &cfg).is_empty());
+    assert!(refs("  ", &cfg).is_empty());
+    assert!(selected_nads(&cfg, &pod("tenant", &[]), 3).is_empty());
+    // With namespace isolation the planner stops at the first NAD the pod may not use, and
+    // never asks for it: neither is it fetched, nor anything after it.
+    let isolated = config(json!({"namespaceIsolation": true}));
+    assert_eq!(
+        refs("net-a,default/g,other-ns/net-b,net-c", &isolated),
+        ["tenant/net-a", "default/g"]
+    );
+}
