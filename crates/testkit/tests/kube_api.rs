@@ -1281,3 +1281,82 @@ async fn bad_requests_get_status_errors() {
             .all(|r| r.status != 0 && r.status != 500)
     );
 }
+
+/// A client whose TLS connector offers h2 and http/1.1 by ALPN, as plumb's does (kube's own
+/// offers http/1.1 only).
+async fn h2_client(api: &KubeApi, dir: &Path) -> Client {
+    use kube::client::ConfigExt;
+    use tower::ServiceBuilder;
+    let cfg = config(api, dir, KubeconfigUser::Token).await;
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(cfg.rustls_client_config().unwrap())
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    let hyper = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, kube::client::Body>(https);
+    let service = ServiceBuilder::new()
+        .layer(cfg.base_uri_layer())
+        .option_layer(cfg.auth_layer().unwrap())
+        .map_err(tower::BoxError::from)
+        .service(hyper);
+    Client::new(service, cfg.default_namespace)
+}
+
+/// The HTTP version of a GET of pod `p1` through `client`.
+async fn version_of_a_get(client: &Client) -> http::Version {
+    let request = http::Request::get(format!("{POD_PATH}/p1"))
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let answer = client.send(request).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    answer.version()
+}
+
+#[tokio::test]
+async fn a_client_that_offers_h2_gets_http2_and_its_requests_share_one_connection() {
+    let api = KubeApi::start(KubeApiOptions::default());
+    api.put(Resource::Pods, pod("default", "p1", json!({"app": "web"})));
+    let dir = tempfile::tempdir().unwrap();
+    let client = h2_client(&api, dir.path()).await;
+    assert_eq!(version_of_a_get(&client).await, http::Version::HTTP_2);
+
+    // Requests sent together are handled together, on the one connection.
+    api.add_fault(Fault::new(FaultKind::Latency(Duration::from_millis(200))).path(POD_PATH));
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let (a, b, c) = tokio::join!(pods.get("p1"), pods.get("p1"), pods.get("p1"));
+    assert!(a.is_ok() && b.is_ok() && c.is_ok());
+    assert!(api.max_in_flight() >= 2, "{}", api.max_in_flight());
+    assert_eq!(api.connections_accepted(), 1);
+    api.clear_faults();
+
+    // A watch streams over HTTP/2 too, while other requests share its connection.
+    let mut events = pods
+        .watch(&WatchParams::default().labels("app=web").timeout(10), "0")
+        .await
+        .unwrap()
+        .boxed();
+    assert_eq!(describe(&next_event(&mut events).await), "ADDED p1");
+    let created: Pod = serde_json::from_value(pod("default", "w", json!({"app": "web"}))).unwrap();
+    pods.create(&PostParams::default(), &created).await.unwrap();
+    assert_eq!(describe(&next_event(&mut events).await), "ADDED w");
+    assert_eq!(api.connections_accepted(), 1);
+}
+
+#[tokio::test]
+async fn an_http1_only_server_gives_the_same_client_http1() {
+    let api = KubeApi::start(KubeApiOptions {
+        http2: false,
+        ..KubeApiOptions::default()
+    });
+    api.put(Resource::Pods, pod("default", "p1", json!({"app": "web"})));
+    let dir = tempfile::tempdir().unwrap();
+    let client = h2_client(&api, dir.path()).await;
+    assert_eq!(version_of_a_get(&client).await, http::Version::HTTP_11);
+    assert_eq!(version_of_a_get(&client).await, http::Version::HTTP_11);
+    assert_eq!(api.connections_accepted(), 1, "kept alive");
+    assert_eq!(api.max_in_flight(), 1);
+}
