@@ -12,7 +12,7 @@
 //! Needs root and Debian's containernetworking-plugins; skips (exit 0) otherwise.
 //! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N per run, default 300; PAUSE_MS,
 //! an untimed pause before each ADD and each DEL, default 0; API_LATENCY_US, added to every
-//! answer of the API stand-in, default 0). A DEL's time is mostly the kernel's
+//! answer of the API stand-in, default 0; API_HTTP1=1, the stand-in without HTTP/2). A DEL's time is mostly the kernel's
 //! (`rcu_barrier` when a link goes: about 10 ms per delegate) and varies a lot: a quarter of the
 //! iterations' ratios lie below 0.95 and a quarter above 1.15. Hence 300 iterations (about a
 //! minute per run), and a bootstrap interval printed with each median so that a reader sees how
@@ -166,7 +166,13 @@ fn main() {
         "master": parent, "mode": "bridge",
         "ipam": {"type": "host-local", "subnet": "10.250.3.0/24", "dataDir": ipam}});
 
-    let api = KubeApi::start(KubeApiOptions::default());
+    // API_HTTP1=1: the stand-in offers HTTP/1.1 only, so plumb asks for the NADs one after the
+    // other (as behind a proxy without HTTP/2); by default it offers h2, as the API server does.
+    let http1_only = std::env::var("API_HTTP1").is_ok_and(|v| v == "1");
+    let api = KubeApi::start(KubeApiOptions {
+        http2: !http1_only,
+        ..KubeApiOptions::default()
+    });
     // API_LATENCY_US: the API stand-in answers every request that much later, as an API server
     // across the network would (loopback answers in about 0.1 ms; a real one takes 0.5-2 ms).
     let latency = Duration::from_micros(

@@ -155,12 +155,36 @@ fn may_use(config: &Config, pod: &Pod, r: &NetworkRef) -> bool {
         || config.global_namespaces.contains(&r.namespace)
 }
 
-/// The NADs the pod's `k8s.v1.cni.cncf.io/networks` annotation selects, as the planner will
-/// ask for them: in order, each once, at most `max`, and none from the first one namespace
-/// isolation refuses on (the planner stops there). None when the annotation is absent or does
-/// not parse: the planner says what is wrong with it. They can then be fetched together
-/// before planning.
-pub fn selected_nads(config: &Config, pod: &Pod, max: usize) -> Vec<NetworkRef> {
+/// The NADs the planner will ask for to plan `pod`, so that they can be fetched together
+/// before: the `clusterNetwork` given by name (a NAD of that name comes before a file), unless
+/// the pod replaces it, then those of the pod's `k8s.v1.cni.cncf.io/networks` annotation. In
+/// order, each once, at most `max`, and none from the first one namespace isolation refuses
+/// on (the planner stops there). None of the annotation's when it does not parse: the planner
+/// says what is wrong with it.
+pub fn nads_to_prefetch(config: &Config, pod: &Pod, max: usize) -> Vec<NetworkRef> {
+    let cluster_network = config
+        .cluster_network
+        .as_deref()
+        .filter(|v| !v.contains('/') && !pod.annotations.contains_key(DEFAULT_NETWORK_ANNOTATION))
+        .map(|name| NetworkRef::new(config.multus_namespace.clone(), name));
+    let mut refs: Vec<NetworkRef> = Vec::new();
+    for r in cluster_network
+        .into_iter()
+        .chain(selected_nads(config, pod))
+    {
+        if refs.len() == max {
+            break;
+        }
+        if !refs.contains(&r) {
+            refs.push(r);
+        }
+    }
+    refs
+}
+
+/// The NADs of the pod's `k8s.v1.cni.cncf.io/networks` annotation, in order, up to the first
+/// one namespace isolation refuses; none when it is absent or does not parse.
+fn selected_nads(config: &Config, pod: &Pod) -> Vec<NetworkRef> {
     let Some(value) = pod
         .annotations
         .get(NETWORKS_ANNOTATION)
@@ -171,20 +195,11 @@ pub fn selected_nads(config: &Config, pod: &Pod, max: usize) -> Vec<NetworkRef> 
     let Ok(elements) = selection::parse(value) else {
         return Vec::new();
     };
-    let mut refs: Vec<NetworkRef> = Vec::new();
-    let usable = elements
+    elements
         .iter()
         .map(|e| e.network_ref(&pod.namespace))
-        .take_while(|r| may_use(config, pod, r));
-    for r in usable {
-        if refs.len() == max {
-            break;
-        }
-        if !refs.contains(&r) {
-            refs.push(r);
-        }
-    }
-    refs
+        .take_while(|r| may_use(config, pod, r))
+        .collect()
 }
 
 /// Plans the attachments of `pod` (`None` without Kubernetes: the default network and the

@@ -40,8 +40,8 @@ pub const NETWORKS_ARG: &str = "PLUMB_NETWORKS";
 const READINESS_TIMEOUT: Duration = Duration::from_secs(45);
 const READINESS_POLL: Duration = Duration::from_millis(250);
 
-/// The most NADs of a pod's selection fetched together before planning; any more are asked
-/// for as the planner reaches them.
+/// The most NADs fetched together before planning; any more are asked for as the planner
+/// reaches them.
 const MAX_PREFETCHED_NADS: usize = 32;
 
 /// The plugin. `routes` changes default routes in pod namespaces.
@@ -147,7 +147,7 @@ impl Call {
         }))
     }
 
-    /// `networks` with the NADs `pod` selects fetched from the API now, together
+    /// `networks` with the NADs the plan of `pod` needs fetched from the API now, together
     /// ([`PrefetchedNads`]); as they are without Kubernetes.
     fn prefetched<'n>(
         &'n self,
@@ -157,7 +157,7 @@ impl Call {
         let (Some(pod), Some(cluster)) = (pod, self.try_cluster()?) else {
             return Ok(networks);
         };
-        let refs = plan::selected_nads(&self.config, pod, MAX_PREFETCHED_NADS);
+        let refs = plan::nads_to_prefetch(&self.config, pod, MAX_PREFETCHED_NADS);
         if refs.is_empty() {
             return Ok(networks);
         }

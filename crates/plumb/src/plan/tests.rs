@@ -923,26 +923,47 @@ fn a_nad_whose_file_cannot_be_looked_up_is_named_with_its_pod() {
 #[test]
 fn the_nads_to_fetch_before_planning_are_those_the_planner_will_ask_for() {
     let cfg = config(json!({}));
-    let refs = |annotation: &str, cfg: &Config| -> Vec<String> {
-        selected_nads(cfg, &pod("tenant", &[(NETWORKS_ANNOTATION, annotation)]), 3)
+    let refs = |annotations: &[(&str, &str)], cfg: &Config| -> Vec<String> {
+        nads_to_prefetch(cfg, &pod("tenant", annotations), 4)
             .iter()
             .map(ToString::to_string)
             .collect()
     };
-    // In order, each once, at most the cap.
+    let selecting = |value| [(NETWORKS_ANNOTATION, value)];
+    // The cluster network by name first, then the selection in order, each once, at most the
+    // cap.
     assert_eq!(
-        refs("net-a,other-ns/net-b,net-a,x,y", &cfg),
-        ["tenant/net-a", "other-ns/net-b", "tenant/x"]
+        refs(&selecting("net-a,other-ns/net-b,net-a,x,y"), &cfg),
+        [
+            "kube-system/default-net",
+            "tenant/net-a",
+            "other-ns/net-b",
+            "tenant/x"
+        ]
     );
-    // The planner reports an annotation that does not parse: nothing to fetch.
-    assert!(refs("[{\"name\":", &cfg).is_empty());
-    assert!(refs("  ", &cfg).is_empty());
-    assert!(selected_nads(&cfg, &pod("tenant", &[]), 3).is_empty());
+    assert_eq!(refs(&[], &cfg), ["kube-system/default-net"]);
+    // The planner reports an annotation that does not parse: nothing of it to fetch.
+    assert_eq!(
+        refs(&selecting("[{\"name\":"), &cfg),
+        ["kube-system/default-net"]
+    );
+    assert_eq!(refs(&selecting("  "), &cfg), ["kube-system/default-net"]);
+    // A cluster network the pod replaces, or given as a path, is not asked for.
+    let replaced = [
+        (DEFAULT_NETWORK_ANNOTATION, "other"),
+        (NETWORKS_ANNOTATION, "net-a"),
+    ];
+    assert_eq!(refs(&replaced, &cfg), ["tenant/net-a"]);
+    let path = config(json!({"clusterNetwork": "/etc/cni/net.d/10-x.conflist"}));
+    assert!(refs(&[], &path).is_empty());
     // With namespace isolation the planner stops at the first NAD the pod may not use, and
     // never asks for it: neither is it fetched, nor anything after it.
     let isolated = config(json!({"namespaceIsolation": true}));
     assert_eq!(
-        refs("net-a,default/g,other-ns/net-b,net-c", &isolated),
-        ["tenant/net-a", "default/g"]
+        refs(
+            &selecting("net-a,default/g,other-ns/net-b,net-c"),
+            &isolated
+        ),
+        ["kube-system/default-net", "tenant/net-a", "default/g"]
     );
 }
