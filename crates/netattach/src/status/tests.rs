@@ -227,3 +227,13 @@ fn parse_errors_say_which_entry() {
         );
     }
 }
+
+#[test]
+fn null_lists_and_flags_of_another_writer_read_as_none() {
+    // `plumb status` reads what any writer put there; a `null` where a list or a flag belongs
+    // must not make every entry unreadable.
+    let entries =
+        parse(r#"[{"name": "ns/a", "ips": null, "default": null, "mac": null}]"#).unwrap();
+    assert_eq!(entries.len(), 1);
+    assert!(entries[0].ips.is_empty() && !entries[0].default && entries[0].mac.is_none());
+}
