@@ -370,6 +370,8 @@ fn main() {
         "release_binary_bytes": size,
     });
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-e2e.json");
+    // The workspace's target/ is not there when CARGO_TARGET_DIR points elsewhere.
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, serde_json::to_vec_pretty(&report).unwrap()).unwrap();
     println!("  written to {}", path.display());
     drop(cleanup);
@@ -554,6 +556,7 @@ impl Samples {
 fn hold(secs: u64, plumb: &str, args: &str, config: &str) {
     let ns = Netns::new();
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    std::fs::create_dir_all(&target).unwrap();
     let conf = target.join("bench-e2e-hold.json");
     std::fs::write(&conf, config).unwrap();
     let env = format!(
