@@ -48,8 +48,8 @@ fn connector(
     Ok(builder.enable_http1().enable_http2().wrap_connector(http))
 }
 
-/// A client for `cfg`, as `kube::Client::try_from(cfg)` builds it but for Nagle (see the module
-/// comment). Spawns its connection tasks on the tokio runtime it is called on.
+/// A client for `cfg`, as `kube::Client::try_from(cfg)` builds it but for Nagle and HTTP/2 (see
+/// the module comment). Spawns its connection tasks on the tokio runtime it is called on.
 pub fn client(cfg: kube::Config) -> Result<kube::Client, kube::Error> {
     if cfg.proxy_url.is_some() {
         return kube::Client::try_from(cfg);
