@@ -47,7 +47,7 @@ pub struct NetworkStatus {
     /// here: one such entry must not make the whole annotation unreadable.
     #[serde(
         default,
-        deserialize_with = "null_as_default",
+        deserialize_with = "cni::result::null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub ips: Vec<String>,
@@ -62,7 +62,7 @@ pub struct NetworkStatus {
     )]
     pub default_route: Option<Vec<String>>,
     /// §5.3.5.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(default, deserialize_with = "cni::result::null_as_default")]
     pub default: bool,
     /// §5.3.6.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,14 +77,6 @@ pub struct NetworkStatus {
     /// Keys not defined above, as read.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
-}
-
-fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// `device-info` of an entry: a map in the device-info format, or, when read from an annotation

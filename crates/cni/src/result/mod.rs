@@ -79,7 +79,7 @@ pub struct IpConfig {
 /// the reference plugins) reads `null`: it leaves the field as it was. Plugins not written in
 /// Go, and Go structs without `omitempty`, print `null` for "none" (CNI spec §5 results are
 /// otherwise refused for it).
-pub(crate) fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+pub fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Default + Deserialize<'de>,
