@@ -21,6 +21,7 @@ pub mod conf_dir;
 pub mod config;
 pub mod error;
 pub mod exec;
+pub mod files;
 pub mod request;
 pub mod result;
 pub mod runtime;

@@ -7,7 +7,7 @@
 //!   the directory or make two attachments share a name percent-escaped (see [`cni_file_name`]).
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -204,25 +204,14 @@ impl DeviceInfoDirs {
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
 /// Reads and checks a device-info file; `None` when it does not exist. Only a regular file of
-/// at most [`MAX_FILE_BYTES`] is read: a FIFO would block the ADD that reads it.
+/// at most [`MAX_FILE_BYTES`] is read, opened without waiting ([`cni::files::read_bounded`]): a
+/// FIFO would block the ADD that reads it, even one put there after a check of the path.
 pub fn read(path: &Path) -> Result<Option<DeviceInfo>, DeviceInfoFileError> {
-    let refuse = |why: String| DeviceInfoFileError::Io {
-        path: path.to_path_buf(),
-        source: io::Error::new(io::ErrorKind::InvalidData, why),
-    };
-    match fs::metadata(path) {
-        Ok(m) if m.is_file() => {}
-        Ok(m) => return Err(refuse(format!("not a regular file ({:?})", m.file_type()))),
+    let bytes = match cni::files::read_bounded(path, MAX_FILE_BYTES) {
+        Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err(path)(e)),
-    }
-    let mut bytes = Vec::new();
-    fs::File::open(path)
-        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(io_err(path))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(refuse(format!("larger than {MAX_FILE_BYTES} bytes")));
-    }
+    };
     DeviceInfo::parse(&bytes)
         .map(Some)
         .map_err(|source| DeviceInfoFileError::Invalid {

@@ -31,8 +31,8 @@ use kube::core::Request as ApiRequest;
 use netattach::{NetworkAttachmentDefinition, NetworkRef};
 use serde_json::json;
 
-use crate::files;
 use crate::plan::Pod;
+use cni::files;
 
 mod client_stack;
 
@@ -592,7 +592,7 @@ const MAX_TOKEN_FILE: u64 = 1 << 20;
 /// names resolved against its directory), but bounded by [`files::read_bounded`]: `read_from` reads
 /// whatever the path names, to its end.
 fn read_kubeconfig(path: &Path) -> Result<kube::config::Kubeconfig, String> {
-    let bytes = files::read_bounded(path, MAX_KUBECONFIG)?;
+    let bytes = files::read_bounded(path, MAX_KUBECONFIG).map_err(|e| e.to_string())?;
     let text = match bytes.as_slice() {
         [0xFF, 0xFE, rest @ ..] => utf16(rest, u16::from_le_bytes)?,
         [0xFE, 0xFF, rest @ ..] => utf16(rest, u16::from_be_bytes)?,
@@ -839,6 +839,7 @@ fn inline_files(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
         let user = |e: String| format!("user {:?}: {e}", named.name);
         if let Some(file) = auth.token_file.take() {
             let token = files::read_bounded(Path::new(&file), MAX_TOKEN_FILE)
+                .map_err(|e| e.to_string())
                 .and_then(|b| String::from_utf8(b).map_err(|_| "not valid UTF-8".to_string()))
                 .map_err(|e| user(format!("tokenFile {file}: {e}")))?;
             let token = token.trim();

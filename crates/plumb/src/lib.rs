@@ -25,7 +25,6 @@ pub mod cnitool;
 pub mod config;
 pub mod devices;
 pub mod execute;
-pub mod files;
 pub mod log;
 pub mod networks;
 pub mod objects;

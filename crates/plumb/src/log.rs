@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use crate::config::{Config, LogLevel};
-use crate::files;
+use cni::files;
 
 pub struct Log {
     level: LogLevel,
@@ -116,7 +116,7 @@ fn open_log_file(path: &Path) -> Result<File, String> {
         .custom_flags(files::nonblocking())
         .open(path)
         .map_err(|e| e.to_string())?;
-    files::regular(&file)?;
+    files::regular(&file).map_err(|e| e.to_string())?;
     Ok(file)
 }
 

@@ -1,10 +1,11 @@
-//! Files that plumb's configuration names (a kubeconfig, its token file, the log file), opened
-//! so that a path naming the wrong thing fails the call with an error rather than holding it:
+//! Files a CNI call is told to read or write (plumb's kubeconfig, its token and certificate
+//! files, its log file; device-info files), opened so that a path naming the wrong thing fails
+//! the call with an error rather than holding it:
 //! a FIFO waits for its other end, a device like `/dev/zero` never ends, and a huge file read
 //! whole could get the plugin killed for its memory, with no error for the runtime.
 
 use std::fs::{File, FileType, OpenOptions};
-use std::io::Read;
+use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -15,35 +16,40 @@ pub fn nonblocking() -> i32 {
 }
 
 /// The bytes of the regular file `path`, at most `limit` of them. Anything else is refused
-/// without waiting or reading on; the error says why, without the path (the caller names it).
-pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+/// without waiting or reading on, as `InvalidData`; the error says why, without the path (the
+/// caller names it). A missing file is `NotFound`, as from `open`.
+pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(nonblocking())
-        .open(path)
-        .map_err(|e| e.to_string())?;
+        .open(path)?;
     regular(&file)?;
     let mut bytes = Vec::new();
     // One byte past the limit tells "exactly the limit" from "more".
-    file.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
+    file.take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
-        return Err(format!(
-            "larger than {}, more than any file of its kind; not read",
-            size(limit)
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "larger than {}, more than any file of its kind; not read",
+                size(limit)
+            ),
         ));
     }
     Ok(bytes)
 }
 
-/// Whether `file`, once open, is a regular file (it may not be what a check of its path saw).
-pub fn regular(file: &File) -> Result<(), String> {
-    let kind = file.metadata().map_err(|e| e.to_string())?.file_type();
+/// Whether `file`, once open, is a regular file (it may not be what a check of its path saw);
+/// `InvalidData` saying what it is otherwise.
+pub fn regular(file: &File) -> io::Result<()> {
+    let kind = file.metadata()?.file_type();
     if kind.is_file() {
         Ok(())
     } else {
-        Err(not_regular(kind))
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            not_regular(kind),
+        ))
     }
 }
 
