@@ -101,6 +101,13 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// the call fails with code 11 and the kubelet tries again.
 const API_BUDGET: Duration = Duration::from_secs(30);
 
+/// The API budget of a STATUS call (CNI 1.1), which the runtime makes every few seconds to learn
+/// whether the node can start pods: an API server that does not answer within this long says
+/// "not now" (code 50) and the runtime asks again, rather than holding the runtime's own status
+/// report for [`API_BUDGET`]. Enough for one whole attempt ([`REQUEST_TIMEOUT`]) or a refused
+/// connection retried through most of the backoff.
+pub const STATUS_API_BUDGET: Duration = Duration::from_secs(5);
+
 /// The most NAD GETs of one call in flight at once on an HTTP/2 connection (the API server
 /// allows 100 or more streams on one; a pod selects a handful of NADs).
 const MAX_CONCURRENT_GETS: usize = 8;
@@ -301,7 +308,9 @@ impl KubeCluster {
         Self::with_budget(kubeconfig, API_BUDGET)
     }
 
-    fn with_budget(kubeconfig: &Path, budget: Duration) -> Result<KubeCluster, CniError> {
+    /// As [`KubeCluster::from_kubeconfig`], with a `budget` of API time other than
+    /// [`API_BUDGET`] (STATUS: [`STATUS_API_BUDGET`]).
+    pub fn with_budget(kubeconfig: &Path, budget: Duration) -> Result<KubeCluster, CniError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -17,7 +17,7 @@ use netattach::device_info_files::DeviceInfoDirs;
 use netattach::status::{self, StatusInput};
 use serde_json::Value;
 
-use crate::cluster::{Cluster, KubeCluster, annotations_from};
+use crate::cluster::{Cluster, KubeCluster, STATUS_API_BUDGET, annotations_from};
 use crate::config::Config;
 use crate::devices::KubeletDevices;
 use crate::execute::{Added, DefaultRoutes, Executor, Sandbox};
@@ -63,6 +63,8 @@ struct Call {
     /// Built on first use: DEL from a record never needs the API, and must work when the
     /// kubeconfig or its token is gone. A kubeconfig that cannot be used is tried once.
     cluster: std::cell::OnceCell<Result<Option<KubeCluster>, CniError>>,
+    /// The API time this call may spend, when it is not the usual one (STATUS).
+    api_budget: Option<Duration>,
 }
 
 impl Call {
@@ -96,6 +98,7 @@ impl Call {
             cni_args,
             pod_args,
             cluster: std::cell::OnceCell::new(),
+            api_budget: None,
         })
     }
 
@@ -107,7 +110,10 @@ impl Call {
                 return Ok(None);
             };
             let start = Instant::now();
-            let cluster = KubeCluster::from_kubeconfig(k)?;
+            let cluster = match self.api_budget {
+                Some(budget) => KubeCluster::with_budget(k, budget)?,
+                None => KubeCluster::from_kubeconfig(k)?,
+            };
             if self.log.debug_enabled() {
                 self.log.debug(&format!(
                     "API client from the kubeconfig in {:.1} ms",
@@ -745,7 +751,8 @@ impl Plugin for Plumb<'_> {
     /// (its readiness file, then its own STATUS), then every other network plumb knows of, the
     /// configured ones and those of recorded pods: a runtime that reports the node ready while
     /// a secondary network's plugin is gone would schedule pods that cannot start. Every
-    /// failure is code 50 (51 when a delegate said so), naming the network.
+    /// failure is code 50 (51 when a delegate said so), naming the network. Its API time is
+    /// [`STATUS_API_BUDGET`], not an ADD's: the runtime asks again in a few seconds.
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let not_available = |e: CniError| {
             if e.kind() == ErrorCode::LimitedConnectivity {
@@ -754,7 +761,8 @@ impl Plugin for Plumb<'_> {
                 CniError::new(ErrorCode::NotAvailable, e.to_string())
             }
         };
-        let call = Call::new(args).map_err(not_available)?;
+        let mut call = Call::new(args).map_err(not_available)?;
+        call.api_budget = Some(STATUS_API_BUDGET);
         if let Some(file) = &call.config.readiness_indicator_file
             && !file.exists()
         {

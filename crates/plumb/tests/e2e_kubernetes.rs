@@ -928,6 +928,30 @@ fn status_of_a_node_with_pods_asks_the_api_server_nothing() {
 }
 
 #[test]
+fn status_with_the_api_server_silent_says_not_available_within_seconds() {
+    // The runtime asks STATUS every few seconds to report whether the node can start pods.
+    // With no pod on the node only the API server can tell what the cluster network is; when
+    // it does not answer, STATUS says so (code 50) after a few seconds, as the runtime will ask
+    // again, instead of holding the runtime's status report for an ADD's whole 30 s budget.
+    use std::time::{Duration, Instant};
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(230);
+    let mut config = c.config.clone();
+    config["cniVersion"] = json!("1.1.0");
+    c.api
+        .add_fault(Fault::new(FaultKind::Latency(Duration::from_secs(120))));
+    let started = Instant::now();
+    let e = err(&run_node_wide("STATUS", &config));
+    let took = started.elapsed();
+    assert_eq!(e["code"], 50, "{e}");
+    assert!(
+        e["msg"].as_str().unwrap().contains("default-net"),
+        "the error names the network: {e}"
+    );
+    assert!(took < Duration::from_secs(15), "STATUS took {took:?}");
+}
+
+#[test]
 fn status_of_a_cluster_network_from_a_file_asks_the_api_server_nothing_either() {
     // The usual Multus configuration: `clusterNetwork` names the primary plugin's file, which
     // ADD finds after the API server says there is no such NAD. Once a pod's record says so,
