@@ -29,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
 use kube::core::Request as ApiRequest;
 use netattach::{NetworkAttachmentDefinition, NetworkRef};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::plan::Pod;
 use cni::files;
@@ -111,6 +111,11 @@ pub const STATUS_API_BUDGET: Duration = Duration::from_secs(5);
 /// The most NAD GETs of one call in flight at once on an HTTP/2 connection (the API server
 /// allows 100 or more streams on one; a pod selects a handful of NADs).
 const MAX_CONCURRENT_GETS: usize = 8;
+
+/// How many times the network-status is written again when the pod changed between its read
+/// and its update (409), when plumb may not PATCH (Multus's RBAC). client-go's
+/// `RetryOnConflict`, which Multus uses, tries 5 times.
+const MAX_UPDATE_CONFLICTS: usize = 5;
 
 /// Why a request got no answer that plumb can use.
 #[derive(Debug)]
@@ -450,6 +455,100 @@ impl KubeCluster {
         }
     }
 
+    /// The network-status annotation written with one merge PATCH of pods/status.
+    fn patch_network_status(&self, pod: &Pod, value: &str) -> Result<Value, Failure> {
+        let mut patch = json!({"metadata": {"annotations": {
+            netattach::NETWORK_STATUS_ANNOTATION: value
+        }}});
+        // A UID in the patch is a precondition: a pod recreated under the same name since
+        // (another UID) gets a 409 instead of this sandbox's status. Not for a static pod: the
+        // UID the runtime knows it by (when its annotations came from the runtime) is the
+        // kubelet's, not its mirror's, and the API would refuse every patch.
+        if checks_uid(pod) {
+            patch["metadata"]["uid"] = json!(pod.uid);
+        }
+        let params = PatchParams::default();
+        let patch = Patch::Merge(&patch);
+        let (params, patch) = (&params, &patch);
+        let http2 = &self.http2;
+        self.with_retries(false, |client| async move {
+            let api = Api::<KubePod>::namespaced(client.clone(), &pod.namespace);
+            let request = ApiRequest::new(api.resource_url())
+                .patch_subresource("status", &pod.name, params, patch);
+            send::<Value>(&client, request, http2).await
+        })
+    }
+
+    /// The network-status annotation written as Multus writes it: the pod read, then put back
+    /// to pods/status with the annotation set, read again if it changed in between (409). The
+    /// pod goes back as the API server sent it, every field kept, including those newer than
+    /// plumb's Kubernetes types (a typed copy would clear them).
+    fn update_network_status(&self, pod: &Pod, value: &str, what: &str) -> Result<Value, CniError> {
+        let what = format!("{what} (by update: the PATCH was forbidden)");
+        let fail = |e: &Failure| cni_error(&self.server, &what, e);
+        let http2 = &self.http2;
+        for _ in 0..MAX_UPDATE_CONFLICTS {
+            let mut current: Value = self
+                .with_retries(false, |client| async move {
+                    let api = Api::<KubePod>::namespaced(client.clone(), &pod.namespace);
+                    let request =
+                        ApiRequest::new(api.resource_url()).get(&pod.name, &GetParams::default());
+                    send::<Value>(&client, request, http2).await
+                })
+                .map_err(|e| fail(&e))?;
+            answers_for(&what, name_of(&current), (&pod.namespace, &pod.name))?;
+            let meta = current
+                .get_mut("metadata")
+                .and_then(Value::as_object_mut)
+                .ok_or_else(|| {
+                    CniError::new(
+                        ErrorCode::Io,
+                        format!("{what}: the pod read has no metadata"),
+                    )
+                })?;
+            // What the PATCH's UID precondition does: this sandbox's status is not written
+            // onto a pod recreated under the same name.
+            let uid = meta.get("uid").and_then(Value::as_str).unwrap_or_default();
+            if checks_uid(pod) && uid != pod.uid {
+                return Err(CniError::new(
+                    ErrorCode::UnknownContainer,
+                    format!(
+                        "{what}: the pod was recreated (UID {uid}, this sandbox's {}); its \
+                         network-status is not written",
+                        pod.uid
+                    ),
+                ));
+            }
+            let annotations = meta.entry("annotations").or_insert(Value::Null);
+            if !annotations.is_object() {
+                *annotations = json!({});
+            }
+            annotations[netattach::NETWORK_STATUS_ANNOTATION] = json!(value);
+            let body = serde_json::to_vec(&current)
+                .map_err(|e| CniError::new(ErrorCode::Internal, format!("{what}: {e}")))?;
+            let body = &body;
+            let put = self.with_retries(false, |client| async move {
+                let api = Api::<KubePod>::namespaced(client.clone(), &pod.namespace);
+                let request = ApiRequest::new(api.resource_url()).replace_subresource(
+                    "status",
+                    &pod.name,
+                    &PostParams::default(),
+                    body.clone(),
+                );
+                send::<Value>(&client, request, http2).await
+            });
+            match put {
+                // Changed since it was read (the kubelet writes its status too): again.
+                Err(e) if e.is_status(409) => continue,
+                put => return put.map_err(|e| fail(&e)),
+            }
+        }
+        Err(CniError::new(
+            ErrorCode::TryAgainLater,
+            format!("{what}: the pod changed {MAX_UPDATE_CONFLICTS} times while it was written"),
+        ))
+    }
+
     /// GET of NAD `r`, retried as [`KubeCluster::retrying`] does.
     async fn get_nad(
         &self,
@@ -741,39 +840,17 @@ impl Cluster for KubeCluster {
     }
 
     fn set_network_status(&self, pod: &Pod, value: &str) -> Result<(), CniError> {
-        let mut patch = json!({"metadata": {"annotations": {
-            netattach::NETWORK_STATUS_ANNOTATION: value
-        }}});
-        // A UID in the patch is a precondition: a pod recreated under the same name since
-        // (another UID) gets a 409 instead of this sandbox's status. Not for a static pod: the
-        // UID the runtime knows it by (when its annotations came from the runtime) is the
-        // kubelet's, not its mirror's, and the API would refuse every patch.
-        if !pod.uid.is_empty() && !pod.is_static() {
-            patch["metadata"]["uid"] = json!(pod.uid);
-        }
-        let params = PatchParams::default();
-        let patch = Patch::Merge(&patch);
-        let (params, patch) = (&params, &patch);
-        let http2 = &self.http2;
-        let patched = self.with_retries(false, |client| async move {
-            let api = Api::<KubePod>::namespaced(client.clone(), &pod.namespace);
-            let request = ApiRequest::new(api.resource_url())
-                .patch_subresource("status", &pod.name, params, patch);
-            send::<KubePod>(&client, request, http2).await
-        });
         let what = format!("set network-status of pod {}/{}", pod.namespace, pod.name);
-        let patched = patched.map_err(|e| cni_error(&self.server, &what, &e))?;
-        // The answer is the patched pod: one about another pod means the write went elsewhere,
+        let written = match self.patch_network_status(pod, value) {
+            // Multus writes the annotation with a GET and a PUT, and its ClusterRole grants
+            // `update` on pods/status, not `patch`: with Multus's RBAC plumb writes it the same
+            // way (two round trips more than the PATCH; deploy/rbac.yaml grants `patch`).
+            Err(e) if e.is_status(403) => self.update_network_status(pod, value, &what)?,
+            written => written.map_err(|e| cni_error(&self.server, &what, &e))?,
+        };
+        // The answer is the written pod: one about another pod means the write went elsewhere,
         // or nowhere (checked as for the GETs).
-        let meta = &patched.metadata;
-        answers_for(
-            &what,
-            (
-                meta.namespace.as_deref().unwrap_or_default(),
-                meta.name.as_deref().unwrap_or_default(),
-            ),
-            (&pod.namespace, &pod.name),
-        )
+        answers_for(&what, name_of(&written), (&pod.namespace, &pod.name))
     }
 
     fn event(&self, pod: &Pod, kind: &str, reason: &str, message: &str) -> Result<(), CniError> {
@@ -897,6 +974,21 @@ fn inlined(file: &str) -> Result<String, String> {
     files::read_bounded(Path::new(file), MAX_CERT_FILE)
         .map(|pem| cni::base64::encode(&pem))
         .map_err(|e| format!("{file}: {e}"))
+}
+
+/// The namespace and name of an API object as JSON (empty when missing).
+fn name_of(object: &Value) -> (&str, &str) {
+    let meta = &object["metadata"];
+    (
+        meta["namespace"].as_str().unwrap_or_default(),
+        meta["name"].as_str().unwrap_or_default(),
+    )
+}
+
+/// Whether a write of `pod`'s status is made on the condition that the API's pod has the
+/// runtime's UID: not for a static pod, whose API object (a mirror) has another UID.
+fn checks_uid(pod: &Pod) -> bool {
+    !pod.uid.is_empty() && !pod.is_static()
 }
 
 /// An answer about another object than the one asked for (a proxy's mistake, or worse) is not
@@ -1208,6 +1300,124 @@ mod tests {
         assert_eq!(e.code, ErrorCode::Io.code(), "{e}");
         assert!(e.msg.contains("403"), "{e}");
         assert_eq!(api.requests().len(), 1);
+    }
+
+    /// A 403 as the API server answers a request that RBAC does not allow.
+    fn forbidden(verb: &str) -> FaultKind {
+        FaultKind::Body(
+            403,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                   "message": format!("pods \"p\" is forbidden: User \"system:serviceaccount:kube-system:multus\" \
+                                       cannot {verb} resource \"pods/status\" in API group \"\" in the namespace \"default\""),
+                   "reason": "Forbidden", "details": {"name": "p", "kind": "pods"}, "code": 403})
+            .to_string(),
+        )
+    }
+
+    const STATUS_PATH: &str = "/api/v1/namespaces/default/pods/p/status";
+
+    /// The methods and HTTP statuses of the requests made on the status of pod `default/p`
+    /// and on the pod itself.
+    fn writes(api: &KubeApi) -> Vec<(String, u16)> {
+        api.requests()
+            .iter()
+            .filter(|r| r.path.starts_with("/api/v1/namespaces/default/pods/p"))
+            .map(|r| (r.method.clone(), r.status))
+            .collect()
+    }
+
+    #[test]
+    fn with_multus_rbac_the_status_is_written_by_update() {
+        // Multus's ClusterRole grants get and update on pods/status, not patch: an operator
+        // who swaps Multus for plumb and keeps its service account gets every pod's
+        // network-status written (a refused write undoes the pod's attachments), by GET and PUT.
+        let (api, _dir, c) = cluster(Duration::from_secs(5));
+        let mut p = api.get(Resource::Pods, "default", "p").unwrap();
+        // A status field newer than plumb's Kubernetes types is kept.
+        p["status"] = json!({"phase": "Pending", "aFieldFromTheFuture": {"x": 1}});
+        api.put(Resource::Pods, p);
+        api.add_fault(
+            Fault::new(forbidden("patch"))
+                .method("PATCH")
+                .path(STATUS_PATH),
+        );
+        let pod = c.pod("default", "p", false).unwrap().unwrap();
+        api.clear_requests();
+        c.set_network_status(&pod, "[{\"name\":\"x\"}]").unwrap();
+        let p = api.get(Resource::Pods, "default", "p").unwrap();
+        assert_eq!(
+            p["metadata"]["annotations"][netattach::NETWORK_STATUS_ANNOTATION],
+            "[{\"name\":\"x\"}]"
+        );
+        assert_eq!(p["status"]["aFieldFromTheFuture"], json!({"x": 1}));
+        assert_eq!(
+            writes(&api),
+            [
+                ("PATCH".into(), 403),
+                ("GET".into(), 200),
+                ("PUT".into(), 200)
+            ]
+        );
+
+        // A pod changed between the GET and the PUT (409) is read again.
+        api.add_fault(
+            Fault::new(FaultKind::Status(409, "Conflict".into()))
+                .method("PUT")
+                .path(STATUS_PATH)
+                .times(1),
+        );
+        api.clear_requests();
+        c.set_network_status(&pod, "[]").unwrap();
+        assert_eq!(
+            writes(&api),
+            [
+                ("PATCH".into(), 403),
+                ("GET".into(), 200),
+                ("PUT".into(), 409),
+                ("GET".into(), 200),
+                ("PUT".into(), 200)
+            ]
+        );
+        let p = api.get(Resource::Pods, "default", "p").unwrap();
+        assert_eq!(
+            p["metadata"]["annotations"][netattach::NETWORK_STATUS_ANNOTATION],
+            "[]"
+        );
+
+        // Neither allowed: the error says what was refused.
+        api.add_fault(
+            Fault::new(forbidden("update"))
+                .method("PUT")
+                .path(STATUS_PATH),
+        );
+        let e = c.set_network_status(&pod, "[]").unwrap_err();
+        assert!(e.msg.contains("set network-status of pod default/p"), "{e}");
+        assert!(e.msg.contains("cannot update"), "{e}");
+    }
+
+    #[test]
+    fn an_update_of_the_status_of_a_recreated_pod_is_refused() {
+        // As the PATCH's UID precondition: the status of this sandbox is not written onto a
+        // pod recreated under the same name.
+        let (api, _dir, c) = cluster(Duration::from_secs(5));
+        api.add_fault(
+            Fault::new(forbidden("patch"))
+                .method("PATCH")
+                .path(STATUS_PATH),
+        );
+        let mut pod = c.pod("default", "p", false).unwrap().unwrap();
+        pod.uid = "the-uid-of-the-pod-before".into();
+        api.clear_requests();
+        let e = c.set_network_status(&pod, "[]").unwrap_err();
+        assert_eq!(e.code, ErrorCode::UnknownContainer.code(), "{e}");
+        assert!(e.msg.contains("recreated"), "{e}");
+        assert_eq!(writes(&api), [("PATCH".into(), 403), ("GET".into(), 200)]);
+        let p = api.get(Resource::Pods, "default", "p").unwrap();
+        assert!(
+            p["metadata"]["annotations"]
+                .get(netattach::NETWORK_STATUS_ANNOTATION)
+                .is_none()
+        );
     }
 
     #[test]

@@ -706,6 +706,29 @@ fn a_status_write_that_keeps_failing_undoes_the_attachments() {
 }
 
 #[test]
+fn pods_start_under_multus_rbac_which_grants_update_of_pod_status_not_patch() {
+    // An operator replacing Multus keeps its service account and ClusterRole (pods/status:
+    // get, list, update, watch). plumb's PATCH is refused; it writes the network-status with a
+    // GET and a PUT, as Multus does, and the pod starts.
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(231);
+    let uid = c.pod("default", "mrbac", json!({NETWORKS: "net-a"}));
+    c.api.add_fault(
+        Fault::new(FaultKind::Status(403, "Forbidden".into()))
+            .method("PATCH")
+            .path("/api/v1/namespaces/default/pods/mrbac/status"),
+    );
+    let ns = Netns::new();
+    let pod = ("default", "mrbac", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "cmrbac"));
+    let status = c.status_of("default", "mrbac").unwrap();
+    assert_eq!(status.len(), 2, "{status:?}");
+    assert_eq!(status[1]["interface"], "net1", "{status:?}");
+    ok(&c.call("DEL", &ns, pod, "cmrbac"));
+    c.assert_nothing_left(&ns, "cmrbac");
+}
+
+#[test]
 fn a_static_pod_whose_annotations_come_from_the_runtime_gets_its_status() {
     // The runtime knows a static pod by the kubelet's UID (the config hash), not by its mirror
     // pod's: that UID must not become a precondition the API refuses on every retry.
