@@ -1421,6 +1421,22 @@ mod tests {
     }
 
     #[test]
+    fn a_kubeconfig_as_multus_writes_it_is_used() {
+        // Multus's thin entrypoint writes the server as `https://[${KUBERNETES_SERVICE_HOST}]:…`,
+        // an IPv4 address in brackets; Go reads it. An operator who keeps that kubeconfig must
+        // get a working client.
+        let (api, dir, _) = cluster(Duration::from_secs(5));
+        let path = dir.path().join("kubeconfig");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let url = api.url();
+        let bracketed = url.replace("https://127.0.0.1:", "https://[127.0.0.1]:");
+        assert_ne!(url, bracketed);
+        std::fs::write(&path, text.replace(&url, &bracketed)).unwrap();
+        let c = KubeCluster::with_budget(&path, Duration::from_secs(5)).unwrap();
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
+    }
+
+    #[test]
     fn a_status_patch_answered_for_another_pod_is_refused() {
         // A proxy that answers the PATCH with another pod (and never applied it): the pod would
         // run without its network-status while plumb reported success.
