@@ -109,7 +109,7 @@ pub fn element(position: usize, value: &Value) -> Result<NetworkSelectionElement
         Some(v) => validate::ips(v).map_err(|why| fail("ips", why))?,
     };
     let mac = get("mac")
-        .map(validate::hw_addr::<6>)
+        .map(validate::mac)
         .transpose()
         .map_err(|why| fail("mac", why))?;
     let interface = match (get("interface"), get("interfaceRequest")) {

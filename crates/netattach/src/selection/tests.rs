@@ -252,6 +252,10 @@ fn json_errors_say_which_element_which_key_and_why() {
             "key \"mac\": \"\" is not a valid 6-byte hardware address",
         ),
         (
+            json!([{"name": "a", "mac": "01:00:5e:00:00:01"}]),
+            "element 1 (\"a\"), key \"mac\": 01:00:5e:00:00:01 is not a usable interface address: it is a multicast address",
+        ),
+        (
             json!([{"name": "a", "interface": "a/b"}]),
             "key \"interface\": \"a/b\" is not a valid interface name: interface name must not contain '/', ':', NUL or whitespace",
         ),
@@ -457,7 +461,8 @@ prop_compose! {
         name in label(),
         namespace in prop::option::of(label()),
         ips in prop::collection::vec(ip_request(), 0..3),
-        mac in prop::option::of(any::<[u8; 6]>()),
+        // Unicast and not all zeros (§4.1.2.1.4: an address the pod's interface can take).
+        mac in prop::option::of(any::<[u8; 6]>().prop_map(|mut m| { m[0] = (m[0] & 0xfe) | 0x02; m })),
         interface in prop::option::of("[a-zA-Z0-9_.-]{1,15}".prop_filter("not . or ..", |s| s != "." && s != "..")),
         cni_args in prop::option::of(prop::collection::btree_map("[a-z]{1,5}", json_value(), 0..3)),
         port_mappings in prop::collection::vec(port_mapping(), 0..3),
@@ -486,8 +491,9 @@ fn key_value(key: &'static str) -> BoxedStrategy<Value> {
             .prop_map(Value::Array)
             .boxed(),
         "mac" => prop_oneof![
-            "[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}",
-            "[0-9a-fA-F]{2}(-[0-9a-fA-F]{2}){5}"
+            // Unicast, not all zeros.
+            "[1-9a-fA-F][02468aceACE](:[0-9a-fA-F]{2}){5}",
+            "[1-9a-fA-F][02468aceACE](-[0-9a-fA-F]{2}){5}"
         ]
         .prop_map(Value::String)
         .boxed(),

@@ -403,6 +403,30 @@ pub fn hw_addr<const N: usize>(v: &Value) -> Result<HwAddr<N>, String> {
     string(v).and_then(str::parse)
 }
 
+/// `mac` (§4.1.2.1.4): a 6-byte Ethernet address the pod's interface can take. The kernel gives
+/// no interface a multicast (broadcast included) or all-zero address (`is_valid_ether_addr`): a
+/// delegate would fail deep inside the ADD with EADDRNOTAVAIL, naming neither element nor key.
+pub fn mac(v: &Value) -> Result<MacAddress, String> {
+    let m: MacAddress = hw_addr(v)?;
+    if m.0 == [0; 6] {
+        return Err(format!(
+            "{m} is not a usable interface address: it is all zeros"
+        ));
+    }
+    if m.0[0] & 1 == 1 {
+        let kind = if m.0 == [0xff; 6] {
+            "broadcast"
+        } else {
+            "multicast"
+        };
+        return Err(format!(
+            "{m} is not a usable interface address: it is a {kind} address (the least \
+             significant bit of the first byte is set)"
+        ));
+    }
+    Ok(m)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -463,6 +487,37 @@ mod tests {
         ] {
             assert!(bad.parse::<MacAddress>().is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn macs_must_be_unicast_and_not_all_zero() {
+        // §4.1.2.1.4: the pod's interface takes the address, and the kernel refuses these.
+        assert_eq!(
+            mac(&json!("02:23:45:67:89:01")).unwrap().0,
+            [0x02, 0x23, 0x45, 0x67, 0x89, 0x01]
+        );
+        assert!(mac(&json!("FE-00-00-00-00-01")).is_ok());
+        for (bad, why) in [
+            (
+                "00:00:00:00:00:00",
+                "00:00:00:00:00:00 is not a usable interface address: it is all zeros",
+            ),
+            ("0000.0000.0000", "all zeros"),
+            (
+                "ff:ff:ff:ff:ff:ff",
+                "ff:ff:ff:ff:ff:ff is not a usable interface address: it is a broadcast address",
+            ),
+            (
+                "01:00:5e:00:00:01",
+                "01:00:5e:00:00:01 is not a usable interface address: it is a multicast address",
+            ),
+            ("33-33-00-00-00-01", "multicast"),
+            ("03:00:00:00:00:00", "multicast"),
+        ] {
+            let e = mac(&json!(bad)).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        assert!(mac(&json!("zz")).unwrap_err().contains("6-byte"));
     }
 
     #[test]
