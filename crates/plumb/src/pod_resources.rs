@@ -219,8 +219,8 @@ impl KubeletPodResources {
         )
     }
 
-    /// Code 11 (try again later) where the kubelet may be restarting: its socket is missing or
-    /// nobody listens on it yet. The runtime retries a failed sandbox creation, and the socket
+    /// Code 11 (try again later) where the kubelet may be restarting or busy: its socket is
+    /// missing, nobody listens on it yet, or its backlog of connections is full. The runtime retries a failed sandbox creation, and the socket
     /// is back once the kubelet is.
     fn connect_error(&self, e: &io::Error) -> CniError {
         match e.kind() {
@@ -244,6 +244,14 @@ impl KubeletPodResources {
             io::ErrorKind::ConnectionRefused => self.error(
                 ErrorCode::TryAgainLater,
                 "connection refused: nothing listens on it (is the kubelet running?)".to_owned(),
+            ),
+            // EAGAIN from a non-blocking connect(2) to a unix socket: the listener's backlog is
+            // full, a kubelet too busy to accept for now (a node's pod storm).
+            io::ErrorKind::WouldBlock => self.error(
+                ErrorCode::TryAgainLater,
+                "its connection backlog is full: the kubelet is not accepting connections fast \
+                 enough (is it overloaded?)"
+                    .to_owned(),
             ),
             _ => self.error(ErrorCode::Io, format!("cannot connect: {e}")),
         }

@@ -209,6 +209,28 @@ fn a_socket_nobody_listens_on_is_connection_refused() {
 }
 
 #[test]
+fn a_kubelet_whose_connection_backlog_is_full_is_worth_trying_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    // A kubelet too busy to accept: its listen backlog (0 here, so one waiting connection
+    // fills it) is full, and a non-blocking connect(2) fails with EAGAIN.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _in_rt = rt.enter();
+    let listener = tokio::net::UnixSocket::new_stream().unwrap();
+    listener.bind(&socket).unwrap();
+    let _listener = listener.listen(0).unwrap();
+    let _waiting = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let e = error(KubeletPodResources::new(&socket).pod_devices("default", "pod-a"));
+    assert_names_socket(&e, &socket);
+    assert!(e.msg.contains("backlog is full"), "{e}");
+    // The kubelet catches up: the runtime's retry of the sandbox is the right answer.
+    assert_eq!(e.kind(), ErrorCode::TryAgainLater, "{e}");
+}
+
+#[test]
 fn a_plain_file_where_the_socket_should_be_is_named_as_such() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("kubelet.sock");
