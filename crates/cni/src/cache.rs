@@ -379,6 +379,16 @@ fn is_staged_name(name: &str) -> bool {
 /// be reused; an age cannot lie that way). Returns the files removed; a missing directory has
 /// none.
 pub fn sweep_staged(dir: &Path, older_than: std::time::Duration) -> Result<Vec<PathBuf>, CniError> {
+    sweep_temporaries(dir, older_than, is_staged_name)
+}
+
+/// [`sweep_staged`] for another writer's temporary files: those in `dir` whose names
+/// `is_temporary` accepts.
+pub fn sweep_temporaries(
+    dir: &Path,
+    older_than: std::time::Duration,
+    is_temporary: impl Fn(&str) -> bool,
+) -> Result<Vec<PathBuf>, CniError> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -392,7 +402,7 @@ pub fn sweep_staged(dir: &Path, older_than: std::time::Duration) -> Result<Vec<P
         let Some(name) = entry.file_name().to_str().map(str::to_string) else {
             continue;
         };
-        if !is_staged_name(&name) {
+        if !is_temporary(&name) {
             continue;
         }
         // Only regular files (never a directory or a link somebody put there), old enough.

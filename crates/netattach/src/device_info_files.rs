@@ -245,13 +245,7 @@ pub fn write(path: &Path, info: &DeviceInfo) -> Result<(), DeviceInfoFileError> 
             "the path has no file name",
         ))
     })?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(file_name);
-    // Unique per process and per call, so concurrent writers never share a temporary file.
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    tmp_name.push(format!(".tmp{}-{n}", std::process::id()));
-    let tmp = dir.join(tmp_name);
+    let tmp = dir.join(temporary_name(file_name));
     let bytes = serde_json::to_vec(info).map_err(|e| io_err(path)(io::Error::other(e)))?;
     let result = (|| {
         let mut f = fs::OpenOptions::new()
@@ -270,6 +264,40 @@ pub fn write(path: &Path, info: &DeviceInfo) -> Result<(), DeviceInfoFileError> 
         let _ = fs::remove_file(&tmp);
     }
     result.map_err(io_err(path))
+}
+
+/// A temporary name for [`write`] to put `file_name`'s content under before renaming it:
+/// `.<file_name>.tmp<pid>-<n>`, unique per process and per call, so concurrent writers never
+/// share a temporary file.
+fn temporary_name(file_name: &std::ffi::OsStr) -> std::ffi::OsString {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(file_name);
+    tmp_name.push(format!(".tmp{}-{n}", std::process::id()));
+    tmp_name
+}
+
+/// Whether `name` is one of [`write`]'s temporary names, `.<name>.tmp<pid>-<n>`.
+pub fn is_temporary_name(name: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    name.strip_prefix('.')
+        .and_then(|n| n.rsplit_once(".tmp"))
+        .and_then(|(base, suffix)| Some((base, suffix.split_once('-')?)))
+        .is_some_and(|(base, (pid, n))| !base.is_empty() && digits(pid) && digits(n))
+}
+
+/// Removes the temporary files [`write`] left in `dir` (a device-info directory) and last
+/// wrote more than `older_than` ago: a plumb killed between writing and renaming (kill -9, a
+/// node crash) leaves one, and nothing else would ever remove it. Only regular files with
+/// [`write`]'s temporary names are touched; a live writer holds its file for microseconds, so
+/// an age far above any CNI call's tells them apart (see [`cni::cache::sweep_staged`]). Returns
+/// the files removed; a missing directory has none.
+pub fn sweep_temporaries(
+    dir: &Path,
+    older_than: std::time::Duration,
+) -> Result<Vec<PathBuf>, cni::CniError> {
+    cni::cache::sweep_temporaries(dir, older_than, is_temporary_name)
 }
 
 /// Deletes a device-info file (§4.2.1: on DEL). A file that is already gone is not an error, so
@@ -441,6 +469,70 @@ mod tests {
         assert_eq!(cni::CniError::from(e).code, 7);
         let e = read(tmp.path()).unwrap_err();
         assert_eq!(cni::CniError::from(e).code, 5);
+    }
+
+    #[test]
+    fn old_temporary_files_of_killed_writers_are_swept_and_nothing_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs = DeviceInfoDirs::new(tmp.path());
+        let dir = dirs.cni_dir();
+        let info = DeviceInfo::pci(PciDevice::default());
+        // A writer killed after writing its temporary file, before the rename: simulated by
+        // keeping the name `write` would give and the content it would write.
+        write(&dirs.cni_path("ns/n", "c1", "net1"), &info).unwrap();
+        let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        let old = |name: &str| {
+            let f = fs::File::create(dir.join(name)).unwrap();
+            f.set_modified(two_hours_ago).unwrap();
+        };
+        let killed = temporary_name("ns-n-c2_net1".as_ref())
+            .into_string()
+            .unwrap();
+        old(&killed);
+        old(".ns-n-c3_net1.tmp4242-0");
+        // Not `write`'s names, or not old, or not a regular file: kept.
+        old("ns-n-c4_net1");
+        old(".ns-n-c4_net1.tmp4242");
+        old(".ns-n-c4_net1.tmp42-");
+        old(".ns-n-c4_net1.tmp-1");
+        old(".tmp1-1");
+        fs::File::create(dir.join(".ns-n-c5_net1.tmp99-1")).unwrap();
+        fs::create_dir(dir.join(".ns-n-c6_net1.tmp1-1")).unwrap();
+        std::os::unix::fs::symlink("ns-n-c1_net1", dir.join(".ns-n-c7_net1.tmp1-1")).unwrap();
+
+        let removed = sweep_temporaries(&dir, std::time::Duration::from_secs(3600)).unwrap();
+        assert_eq!(
+            removed,
+            [dir.join(&killed), dir.join(".ns-n-c3_net1.tmp4242-0")]
+        );
+        let mut left: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".ns-n-c4_net1.tmp-1",
+                ".ns-n-c4_net1.tmp42-",
+                ".ns-n-c4_net1.tmp4242",
+                ".ns-n-c5_net1.tmp99-1",
+                ".ns-n-c6_net1.tmp1-1",
+                ".ns-n-c7_net1.tmp1-1",
+                ".tmp1-1",
+                "ns-n-c1_net1",
+                "ns-n-c4_net1",
+            ]
+        );
+        assert_eq!(
+            read(&dirs.cni_path("ns/n", "c1", "net1")).unwrap(),
+            Some(info)
+        );
+        assert!(
+            sweep_temporaries(&tmp.path().join("missing"), std::time::Duration::ZERO)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

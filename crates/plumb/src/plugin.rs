@@ -13,7 +13,7 @@ use cni::runtime::CniConfig;
 use cni::skel::{CmdArgs, Plugin};
 use cni::version::SUPPORTED;
 use cni::{CniResult, NetworkConfigList, Version};
-use netattach::device_info_files::DeviceInfoDirs;
+use netattach::device_info_files::{self, DeviceInfoDirs};
 use netattach::status::{self, StatusInput};
 use serde_json::Value;
 
@@ -276,6 +276,9 @@ type Unreadable = (Option<String>, CniError);
 /// any CNI call's length (the runtime gives up on a call after a few minutes at most), so a
 /// live writer's file is never taken.
 const STAGED_FILE_MAX_AGE: Duration = Duration::from_secs(3600);
+
+/// A sweep of one directory's temporary files ([`cni::cache::sweep_staged`] and the like).
+type Sweep = fn(&std::path::Path, Duration) -> Result<Vec<std::path::PathBuf>, CniError>;
 
 /// The records of every sandbox plumb holds, and those that could not be read.
 fn recorded_sandboxes(call: &Call) -> (Vec<Record>, Vec<Unreadable>) {
@@ -629,12 +632,17 @@ impl Plumb<'_> {
         }
         live.extend(attached_by_hand);
         // Temporary files of writers killed between writing and renaming (a record's, a cached
-        // result's): nothing else would ever remove them.
-        for dir in [
-            call.records.dir().to_path_buf(),
-            call.cni.cache.results_dir(),
+        // result's, a device-info file's): nothing else would ever remove them.
+        let device_info_dir = call.device_info.cni_dir();
+        for (dir, sweep) in [
+            (
+                call.records.dir().to_path_buf(),
+                cni::cache::sweep_staged as Sweep,
+            ),
+            (call.cni.cache.results_dir(), cni::cache::sweep_staged),
+            (device_info_dir, device_info_files::sweep_temporaries),
         ] {
-            match cni::cache::sweep_staged(&dir, STAGED_FILE_MAX_AGE) {
+            match sweep(&dir, STAGED_FILE_MAX_AGE) {
                 Ok(removed) => {
                     for f in removed {
                         call.log.verbose(&format!(

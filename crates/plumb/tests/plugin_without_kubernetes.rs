@@ -331,14 +331,18 @@ fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
         "GC without a list touched nothing"
     );
 
-    // Temporary files of writers killed before their rename (a record's, a cached result's):
-    // GC removes them once they are old; a fresh one may be a live writer's and stays.
+    // Temporary files of writers killed before their rename (a record's, a cached result's, a
+    // device-info file's): GC removes them once they are old; a fresh one may be a live
+    // writer's and stays.
     let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    let device_info = p.node.path("devinfo");
+    std::fs::create_dir_all(device_info.join("cni")).unwrap();
     let killed = [
         p.node.state_dir().join(".c-gone.json.tmp4242"),
         p.node
             .cache_dir()
             .join("results/.net-a-c-gone-net1.tmp4242"),
+        device_info.join("cni/.ns-sriov-net-c-gone_net1.tmp4242-3"),
     ];
     for f in &killed {
         std::fs::File::create(f)
@@ -349,8 +353,12 @@ fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
     let writing = p.node.state_dir().join(".c-new.json.tmp4343");
     std::fs::write(&writing, "{").unwrap();
 
+    let writing_device_info = device_info.join("cni/.ns-sriov-net-c-new_net1.tmp4343-0");
+    std::fs::write(&writing_device_info, "{").unwrap();
+
     let mut gc = p.config.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "c-live", "ifname": "eth0"}]);
+    gc["plumbDeviceInfoDir"] = json!(device_info);
     ok(&run_node_wide("GC", &gc));
     assert_eq!(
         p.node.all_allocations(),
@@ -364,6 +372,10 @@ fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
         "old temporary files left"
     );
     assert!(writing.exists(), "a fresh temporary file was removed");
+    assert!(
+        writing_device_info.exists(),
+        "a fresh device-info temporary file was removed"
+    );
     assert_eq!(ns2.links(), ["lo"]);
     assert_eq!(
         p.ns.addresses("net1"),
