@@ -101,6 +101,11 @@ fn comma_format_errors_say_which_item_and_why() {
             "net-a@a:b",
             "key \"interface\": \"a:b\" is not a valid interface name",
         ),
+        (
+            "net-a@all",
+            "element 1 (\"net-a\"), key \"interface\": \"all\" is not a valid interface name: \
+             the kernel reserves it",
+        ),
         // A name may be longer than a label's 63 (spec §3.3 only recommends it), up to what
         // Kubernetes takes for an object's name; a namespace may not.
         (
@@ -258,6 +263,10 @@ fn json_errors_say_which_element_which_key_and_why() {
         (
             json!([{"name": "a", "interface": "a/b"}]),
             "key \"interface\": \"a/b\" is not a valid interface name: interface name must not contain '/', ':', NUL or whitespace",
+        ),
+        (
+            json!([{"name": "a", "interface": "default"}]),
+            "element 1 (\"a\"), key \"interface\": \"default\" is not a valid interface name: the kernel reserves it",
         ),
         (
             json!([{"name": "a", "interfaceRequest": "x y"}]),
@@ -463,7 +472,7 @@ prop_compose! {
         ips in prop::collection::vec(ip_request(), 0..3),
         // Unicast and not all zeros (§4.1.2.1.4: an address the pod's interface can take).
         mac in prop::option::of(any::<[u8; 6]>().prop_map(|mut m| { m[0] = (m[0] & 0xfe) | 0x02; m })),
-        interface in prop::option::of("[a-zA-Z0-9_.-]{1,15}".prop_filter("not . or ..", |s| s != "." && s != "..")),
+        interface in prop::option::of("[a-zA-Z0-9_.-]{1,15}".prop_filter("not . .. all default", |s| !matches!(s.as_str(), "." | ".." | "all" | "default"))),
         cni_args in prop::option::of(prop::collection::btree_map("[a-z]{1,5}", json_value(), 0..3)),
         port_mappings in prop::collection::vec(port_mapping(), 0..3),
         bandwidth in prop::option::of(bandwidth()),
@@ -610,7 +619,7 @@ proptest! {
 
     #[test]
     fn accepted_comma_values_round_trip(items in prop::collection::vec(
-        (prop::option::of(label()), label(), prop::option::of("[a-z0-9_]{1,15}")), 1..5)
+        (prop::option::of(label()), label(), prop::option::of("[a-z0-9_]{1,15}".prop_filter("not all or default", |s| s != "all" && s != "default"))), 1..5)
     ) {
         let text: Vec<String> = items.iter().map(|(ns, n, i)| {
             let mut s = String::new();

@@ -251,13 +251,20 @@ pub fn default_route(v: &Value) -> Result<Vec<IpAddr>, String> {
 
 /// `interface` (§4.1.2.1.5): a valid Linux interface name, which the kernel gives the link as
 /// it is. A '%' makes the kernel read the name as a template (`net%d` becomes `net0`), so the
-/// pod would get another name than the one recorded and reported: refused.
+/// pod would get another name than the one recorded and reported: refused. So are `all` and
+/// `default`, the names of the per-family settings in `/proc/sys/net/*/conf/`: the kernel
+/// refuses a link of either name (EINVAL), which the delegate would report mid-ADD as a bare
+/// "invalid argument".
 pub fn interface(v: &Value) -> Result<String, String> {
     let s = string(v)?;
     match cni::validate::interface_name_problem(s) {
         None if s.contains('%') => Err(format!(
             "{s:?} is not a valid interface name: the kernel reads a name with '%' as a \
              template and would pick another"
+        )),
+        None if s == "all" || s == "default" => Err(format!(
+            "{s:?} is not a valid interface name: the kernel reserves it (its settings are \
+             /proc/sys/net/*/conf/{s}) and refuses a link of that name"
         )),
         None => Ok(s.to_string()),
         Some(why) => Err(format!("{s:?} is not a valid interface name: {why}")),
@@ -678,6 +685,8 @@ mod tests {
             json!("a b"),
             json!(".."),
             json!("net%d"),
+            json!("all"),
+            json!("default"),
             json!(1),
         ] {
             assert!(interface(&bad).is_err(), "{bad}");
