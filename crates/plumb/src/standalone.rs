@@ -396,6 +396,7 @@ pub fn status(a: &StatusArgs, out: &mut dyn Write) -> Result<(), CniError> {
                     (false, None) => "".into(),
                 },
             ]
+            .map(|cell| printable(&cell))
         })
         .collect();
     let header = ["NETWORK", "INTERFACE", "IPS", "MAC", ""];
@@ -420,6 +421,26 @@ pub fn status(a: &StatusArgs, out: &mut dyn Write) -> Result<(), CniError> {
     }
     out.write_all(text.as_bytes())
         .map_err(|e| CniError::new(ErrorCode::Io, e.to_string()))
+}
+
+/// `s` with every control character (and every bidirectional override) written as an escape.
+/// The annotation is anybody's who may edit the pod: an escape sequence, a carriage return or a
+/// newline in it would otherwise reach the operator's terminal, to recolour, hide or forge rows.
+fn printable(s: &str) -> String {
+    let unsafe_char =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !s.chars().any(unsafe_char) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if unsafe_char(c) {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -465,5 +486,41 @@ mod tests {
         let c = config(json!({"plumbNadDir": d.path(), "kubeconfig": missing}));
         let e = api_error(&c, &source(None));
         assert!(e.msg.contains("missing-kubeconfig"), "{e}");
+    }
+
+    #[test]
+    fn status_escapes_what_would_drive_the_terminal() {
+        // Anybody who may edit the pod may write its network-status: what it holds must not
+        // reach the operator's terminal as control sequences or extra lines.
+        let d = tempfile::tempdir().unwrap();
+        let pod = d.path().join("pod.json");
+        let annotation = json!([
+            {"name": "ns/net-a\u{1b}[2K\rns/fake", "interface": "net1\nforged  row",
+             "mac": "02:00:00:00:00:01\u{202e}", "default": false}
+        ]);
+        std::fs::write(
+            &pod,
+            json!({"kind": "Pod", "metadata": {"name": "p", "namespace": "ns",
+                "annotations": {"k8s.v1.cni.cncf.io/network-status": annotation.to_string()}}})
+            .to_string(),
+        )
+        .unwrap();
+        let args = StatusArgs {
+            file: Some(pod),
+            pod: None,
+            kubeconfig: None,
+            config: PathBuf::from(DEFAULT_CONFIG),
+        };
+        let mut out = Vec::new();
+        status(&args, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(!text.contains(['\u{1b}', '\r', '\u{202e}']), "{text:?}");
+        let row = text.lines().nth(1).unwrap();
+        assert!(
+            row.starts_with("ns/net-a\\u{1b}[2K\\u{d}ns/fake  net1\\u{a}forged  row  -  "),
+            "{row}"
+        );
+        assert!(row.ends_with("02:00:00:00:00:01\\u{202e}"), "{row}");
     }
 }
