@@ -220,8 +220,8 @@ impl KubeletPodResources {
     }
 
     /// Code 11 (try again later) where the kubelet may be restarting or busy: its socket is
-    /// missing, nobody listens on it yet, or its backlog of connections is full. The runtime retries a failed sandbox creation, and the socket
-    /// is back once the kubelet is.
+    /// missing, nobody listens on it yet, or its backlog of connections is full. The runtime
+    /// retries a failed sandbox creation, and the socket is back once the kubelet is.
     fn connect_error(&self, e: &io::Error) -> CniError {
         match e.kind() {
             io::ErrorKind::NotFound => CniError::new(
