@@ -321,7 +321,8 @@ impl KubeCluster {
             .build()
             .map_err(|e| CniError::new(ErrorCode::Internal, format!("tokio runtime: {e}")))?;
         let rt = Runtime(Some(rt));
-        let (client, server) = rt.block_on(client_from(kubeconfig))?;
+        let started = Instant::now();
+        let (client, server) = rt.block_on(client_from(kubeconfig, budget))?;
         Ok(KubeCluster {
             rt,
             kubeconfig: kubeconfig.to_path_buf(),
@@ -333,7 +334,8 @@ impl KubeCluster {
             }),
             rebuilding: futures::lock::Mutex::new(()),
             http2: AtomicBool::new(false),
-            spent: Mutex::new(Duration::ZERO),
+            // An exec credential plugin's time is the API's too.
+            spent: Mutex::new(started.elapsed()),
             budget,
         })
     }
@@ -414,7 +416,7 @@ impl KubeCluster {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            if e.is_status(401) && self.rebuilt_since(generation).await {
+            if e.is_status(401) && self.rebuilt_since(generation, started).await {
                 continue;
             }
             let again = e.transient() || (retry_not_found && e.is_not_found());
@@ -429,8 +431,9 @@ impl KubeCluster {
 
     /// Whether there is a client newer than `generation` (the one a request was refused
     /// with): built again from the kubeconfig now, the first time in this call, or by a
-    /// request refused at the same time.
-    async fn rebuilt_since(&self, generation: u8) -> bool {
+    /// request refused at the same time. The rebuild gets what is left of the budget for
+    /// requests that started at `started`.
+    async fn rebuilt_since(&self, generation: u8, started: Instant) -> bool {
         let _one_at_a_time = self.rebuilding.lock().await;
         {
             let c = self.client.lock().unwrap_or_else(|p| p.into_inner());
@@ -442,7 +445,7 @@ impl KubeCluster {
             }
         }
         self.client.lock().unwrap_or_else(|p| p.into_inner()).reread = true;
-        match client_from(&self.kubeconfig).await {
+        match client_from(&self.kubeconfig, self.left(started)).await {
             Ok((client, _)) => {
                 let mut c = self.client.lock().unwrap_or_else(|p| p.into_inner());
                 c.client = client;
@@ -761,16 +764,62 @@ fn beside(dir: &Path, kc: &mut kube::config::Kubeconfig) {
 }
 
 /// A client from the kubeconfig file, its current context's token file read now, and the API
-/// server's URL.
-async fn client_from(kubeconfig: &Path) -> Result<(kube::Client, String), CniError> {
-    let bad = |e: &dyn std::fmt::Display| {
-        CniError::new(
-            ErrorCode::InvalidConfig,
-            format!("kubeconfig {}: {e}", kubeconfig.display()),
-        )
-    };
-    let mut kc = read_kubeconfig(kubeconfig).map_err(|e| bad(&e))?;
-    inline_files(&mut kc).map_err(|e| bad(&e))?;
+/// server's URL, within `limit`. A user with an `exec` credential plugin has kube-rs run the
+/// plugin while it builds the client (twice), synchronously and with no timeout: one that does
+/// not return (a cloud's metadata endpoint down, a prompt) held the CNI call until the runtime
+/// gave up on it, with no error. That build runs on a blocking thread, and past `limit` the call
+/// fails with code 11 (the thread is left to end with the process; the plugin's own process,
+/// which kube-rs does not give us, runs on until it returns).
+async fn client_from(
+    kubeconfig: &Path,
+    limit: Duration,
+) -> Result<(kube::Client, String), CniError> {
+    let mut kc = read_kubeconfig(kubeconfig).map_err(|e| bad_kubeconfig(kubeconfig, &e))?;
+    inline_files(&mut kc).map_err(|e| bad_kubeconfig(kubeconfig, &e))?;
+    let runs_exec = kc
+        .auth_infos
+        .iter()
+        .any(|a| a.auth_info.as_ref().is_some_and(|i| i.exec.is_some()));
+    if !runs_exec {
+        return client_of(kc, kubeconfig).await;
+    }
+    let handle = tokio::runtime::Handle::current();
+    let path = kubeconfig.to_path_buf();
+    let build = tokio::task::spawn_blocking(move || handle.block_on(client_of(kc, &path)));
+    match tokio::time::timeout(limit, build).await {
+        Ok(Ok(built)) => built,
+        Ok(Err(e)) => Err(CniError::new(
+            ErrorCode::Internal,
+            format!(
+                "kubeconfig {}: building the client: {e}",
+                kubeconfig.display()
+            ),
+        )),
+        Err(_) => Err(CniError::new(
+            ErrorCode::TryAgainLater,
+            format!(
+                "kubeconfig {}: its user's exec credential plugin did not return within the {} s \
+                 this call may spend on the API",
+                kubeconfig.display(),
+                limit.as_secs_f32()
+            ),
+        )),
+    }
+}
+
+fn bad_kubeconfig(kubeconfig: &Path, e: &dyn std::fmt::Display) -> CniError {
+    CniError::new(
+        ErrorCode::InvalidConfig,
+        format!("kubeconfig {}: {e}", kubeconfig.display()),
+    )
+}
+
+/// The client of `kc`, read from `kubeconfig`, and the API server's URL.
+async fn client_of(
+    kc: kube::config::Kubeconfig,
+    kubeconfig: &Path,
+) -> Result<(kube::Client, String), CniError> {
+    let bad = |e: &dyn std::fmt::Display| bad_kubeconfig(kubeconfig, e);
     let mut cfg =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await
@@ -1625,6 +1674,58 @@ mod tests {
         rx.recv_timeout(Duration::from_secs(5))
             .unwrap_or_else(|_| panic!("{}: no answer within 5 s", kubeconfig.display()))
             .unwrap_or_else(|| panic!("{}: accepted", kubeconfig.display()))
+    }
+
+    /// `kubeconfig` (written for `KubeconfigUser::Token`) with its user replaced by an exec
+    /// credential plugin running `script` in sh, written beside it as `name`.
+    fn with_exec_user(kubeconfig: &Path, name: &str, script: &str) -> PathBuf {
+        let text = std::fs::read_to_string(kubeconfig).unwrap();
+        let user = text.find("  user:\n    token:").unwrap();
+        let exec = format!(
+            "{}  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      \
+             command: /bin/sh\n      args: [\"-c\", {}]\n",
+            &text[..user],
+            serde_json::to_string(script).unwrap()
+        );
+        let path = kubeconfig.with_file_name(name);
+        std::fs::write(&path, exec).unwrap();
+        path
+    }
+
+    #[test]
+    fn an_exec_credential_plugin_that_does_not_return_fails_the_call_within_its_budget() {
+        // kube-rs runs a user's exec plugin while it builds the client, with no timeout: one
+        // that hangs (its cloud's metadata endpoint down) held the CNI call until the runtime
+        // killed it, with no error to show. Now: code 11 within the budget, naming the file.
+        let (api, dir, _) = cluster(Duration::from_secs(5));
+        let kubeconfig = dir.path().join("kubeconfig");
+        let hangs = with_exec_user(&kubeconfig, "kc-exec-hangs", "sleep 30");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = hangs.clone();
+        let started = Instant::now();
+        std::thread::spawn(move || {
+            let _ = tx.send(KubeCluster::with_budget(&path, Duration::from_secs(2)).err());
+        });
+        let e = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no answer within 10 s")
+            .expect("accepted");
+        assert!(started.elapsed() < Duration::from_secs(4), "{e}");
+        assert_eq!(e.kind(), ErrorCode::TryAgainLater, "{e}");
+        assert!(
+            e.msg.contains(&hangs.display().to_string()) && e.msg.contains("exec"),
+            "{e}"
+        );
+        // A plugin that answers is used as before.
+        let credential = json!({"apiVersion": "client.authentication.k8s.io/v1beta1",
+            "kind": "ExecCredential", "status": {"token": api.token().unwrap()}});
+        let answers = with_exec_user(
+            &kubeconfig,
+            "kc-exec-answers",
+            &format!("echo '{credential}'"),
+        );
+        let c = KubeCluster::with_budget(&answers, Duration::from_secs(5)).unwrap();
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
     }
 
     #[test]
