@@ -618,6 +618,8 @@ async fn send<T: serde::de::DeserializeOwned>(
             .unwrap_or_else(|| kube::core::Status::failure(text.trim(), ""));
         status.code = code;
         status.message = shortened(status.message, MAX_ERROR_MESSAGE);
+        // A reason is one word (`NotFound`); an answer's can be anything.
+        status.reason = shortened(status.reason, MAX_ERROR_MESSAGE);
         // The priority-and-fairness filter's 429 has the wait in its header only.
         if let Some(seconds) = retry_after {
             match status.details.as_mut() {
@@ -651,9 +653,13 @@ async fn send<T: serde::de::DeserializeOwned>(
 /// could get the plugin killed for its memory (the runtime would get no error at all).
 const MAX_ANSWER: usize = 16 << 20;
 
-/// The most of an error answer's message kept in the CNI error (a proxy's error page can be
-/// megabytes).
+/// The most of an error answer's message (and of its reason) kept in the CNI error (a proxy's
+/// error page can be megabytes).
 const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// The most of a name from an answer kept in the CNI error: a Kubernetes name has at most 253
+/// bytes, an answer's can have megabytes.
+const MAX_NAME: usize = 253;
 
 /// The first `limit` bytes of `body`, and whether that is all of it.
 async fn read_at_most(
@@ -1050,7 +1056,8 @@ fn answers_for(what: &str, got: (&str, &str), asked: (&str, &str)) -> Result<(),
         ErrorCode::Io,
         format!(
             "Kubernetes API: {what}: the answer is about {}/{}, not the object asked for",
-            got.0, got.1
+            shortened(got.0.to_string(), MAX_NAME),
+            shortened(got.1.to_string(), MAX_NAME)
         ),
     ))
 }
@@ -1532,6 +1539,41 @@ mod tests {
         let e = c.pod("default", "p", false).unwrap_err();
         assert!(e.msg.contains("<html>zzz") && e.msg.contains("403"), "{e}");
         assert!(e.msg.len() < 2048, "{} bytes", e.msg.len());
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
+    }
+
+    #[test]
+    fn an_answer_with_huge_names_does_not_flood_the_error() {
+        // The message of an error answer was cut to 1 KiB, but not its reason, nor the names
+        // of an answer about another object: a broken server or proxy made a CNI error (and
+        // the kubelet's event and log lines it ends up in) of megabytes.
+        let (api, _dir, c) = cluster(Duration::from_secs(10));
+        let path = "/api/v1/namespaces/default/pods/p";
+        let huge = "r".repeat(1 << 20);
+        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "forbidden", "reason": huge, "code": 403});
+        api.add_fault(
+            Fault::new(FaultKind::Body(403, status.to_string()))
+                .path(path)
+                .times(1),
+        );
+        let e = c.pod("default", "p", false).unwrap_err();
+        assert!(
+            e.msg.contains("forbidden") && e.msg.contains("403 rrr"),
+            "{e}"
+        );
+        assert!(e.msg.len() < 4096, "{} bytes", e.msg.len());
+        let other = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "default", "name": huge, "uid": "u-2"},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}});
+        api.add_fault(
+            Fault::new(FaultKind::Body(200, other.to_string()))
+                .path(path)
+                .times(1),
+        );
+        let e = c.pod("default", "p", false).unwrap_err();
+        assert!(e.msg.contains("the answer is about default/rrr"), "{e}");
+        assert!(e.msg.len() < 4096, "{} bytes", e.msg.len());
         assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
     }
 
