@@ -938,8 +938,14 @@ impl Cluster for KubeCluster {
             ..Default::default()
         };
         // Events are best effort: one try, so a struggling API server delays no pod for them.
+        // Sent as the other requests are ([`send`]): kube's `create` reads an answer whole,
+        // however large, after the pod's network was set up.
+        let client = self.client();
+        let body = serde_json::to_vec(&event)
+            .map_err(|e| CniError::new(ErrorCode::Internal, format!("event on pod: {e}")))?;
+        let request = ApiRequest::new(api.resource_url()).create(&PostParams::default(), body);
         let started = Instant::now();
-        self.spend(self.attempt(started, api.create(&PostParams::default(), &event)))
+        self.spend(self.attempt(started, send::<Event>(&client, request, &self.http2)))
             .map(drop)
             .map_err(|e| {
                 let what = format!("event on pod {}/{}", pod.namespace, pod.name);
@@ -1575,6 +1581,34 @@ mod tests {
         assert!(e.msg.contains("the answer is about default/rrr"), "{e}");
         assert!(e.msg.len() < 4096, "{} bytes", e.msg.len());
         assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
+    }
+
+    #[test]
+    fn a_huge_answer_to_an_event_is_not_read() {
+        // Events are posted after the pod's networks are up: an answer read whole, however
+        // large (kube's `create`), could get the plugin killed for its memory then, and the
+        // runtime would see a failed ADD. It is refused after 16 MiB as other answers are.
+        let (api, _dir, c) = cluster(Duration::from_secs(10));
+        let pod = c.pod("default", "p", false).unwrap().unwrap();
+        let huge_event = json!({"apiVersion": "v1", "kind": "Event",
+            "metadata": {"namespace": "default", "name": "p.1"},
+            "involvedObject": {"kind": "Pod", "namespace": "default", "name": "p"},
+            "message": "m".repeat(20 << 20)});
+        api.add_fault(
+            Fault::new(FaultKind::Body(201, huge_event.to_string()))
+                .method("POST")
+                .path("/api/v1/namespaces/default/events")
+                .times(1),
+        );
+        let e = c
+            .event(&pod, "Normal", "AddedInterface", "Add net1")
+            .unwrap_err();
+        assert!(
+            e.msg.contains("event on pod default/p") && e.msg.contains("16 MiB"),
+            "{e}"
+        );
+        c.event(&pod, "Normal", "AddedInterface", "Add net1")
+            .unwrap();
     }
 
     #[test]
