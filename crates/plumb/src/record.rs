@@ -40,6 +40,11 @@ pub enum RecordError {
     Version { path: PathBuf, found: u64 },
     #[error("invalid container ID for an attachment record: {0}")]
     ContainerId(String),
+    #[error(
+        "{what}: its configuration nests arrays and objects so deep that the attachment record \
+         ({depth} levels) could not be read back, by DEL or GC ({MAX_NESTING} at most)"
+    )]
+    TooDeep { what: String, depth: usize },
 }
 
 impl From<RecordError> for cni::CniError {
@@ -50,6 +55,7 @@ impl From<RecordError> for cni::CniError {
                 cni::ErrorCode::DecodingFailure
             }
             RecordError::Io { .. } => cni::ErrorCode::Io,
+            RecordError::TooDeep { .. } => cni::ErrorCode::InvalidConfig,
         };
         cni::CniError::new(code, e.to_string())
     }
@@ -81,6 +87,52 @@ pub fn decode(bytes: &[u8]) -> Result<Record, Decoded> {
         return Err(Decoded::Version(found));
     }
     serde_json::from_value(probe).map_err(|e| Decoded::Corrupt(e.to_string()))
+}
+
+/// The most arrays and objects nested in one another that [`decode`] reads (serde_json's
+/// recursion limit). A delegate configuration read with that same limit nests up to it from
+/// its own top; in a record it sits three levels down, so one near the limit was written and
+/// then read back as corrupt, failing every DEL of the sandbox (and skipping GC) for good.
+const MAX_NESTING: usize = 127;
+
+/// How deep arrays and objects nest in the JSON text `bytes`.
+fn nesting(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// The error for `record`, nested `depth` deep, naming the attachment that makes it so.
+fn too_deep(record: &Record, depth: usize) -> RecordError {
+    let deepest = record
+        .attachments
+        .iter()
+        .max_by_key(|a| serde_json::to_vec(a).map_or(0, |bytes| nesting(&bytes)));
+    let what = match deepest {
+        Some(a) => format!("network {} interface {}", a.network, a.ifname),
+        None => format!("container {}", record.container_id),
+    };
+    RecordError::TooDeep { what, depth }
 }
 
 /// One attachment of the sandbox, with everything DEL needs to undo it.
@@ -170,6 +222,10 @@ impl RecordStore {
                 source,
             })?;
         let bytes = serde_json::to_vec_pretty(record).expect("a record serialises");
+        let depth = nesting(&bytes);
+        if depth > MAX_NESTING {
+            return Err(too_deep(record, depth));
+        }
         cni::cache::stage(&path, &bytes).map_err(|e| RecordError::Io {
             path: path.clone(),
             source: io::Error::other(e.msg),
@@ -309,6 +365,52 @@ mod tests {
         store.remove("abc123").unwrap();
         store.remove("abc123").unwrap();
         assert!(store.load("abc123").unwrap().is_none());
+    }
+
+    /// A delegate configuration list with `levels` arrays and objects nested in one another.
+    fn nested_config(levels: usize) -> Value {
+        // The list, its plugins and the plugin are three; the rest nest in a key of the plugin.
+        let mut text = String::from("1");
+        for _ in 0..levels - 3 {
+            text = format!("{{\"a\":{text}}}");
+        }
+        let text = format!(
+            "{{\"cniVersion\":\"1.0.0\",\"name\":\"deep\",\"plugins\":[{{\"type\":\"bridge\",\
+             \"x\":{text}}}]}}"
+        );
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn a_configuration_too_deep_to_read_back_is_refused_before_it_is_recorded() {
+        // serde_json reads a NAD's configuration nested up to 127 levels, and a record holds
+        // it three levels down: one that deep made a record that ADD wrote and every DEL then
+        // refused as corrupt, so the sandbox could never be deleted (and GC skipped the node's
+        // networks). Such a record is refused when ADD would write it, before any delegate
+        // runs, with code 7 naming the network; what can be read back is written as before.
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let mut r = record();
+        r.attachments[0].config = nested_config(127);
+        let e = store.save(&r).unwrap_err();
+        assert_eq!(e.code, 7, "{e}");
+        assert!(
+            e.msg.contains("network default/net-a interface net1") && e.msg.contains("130"),
+            "{e}"
+        );
+        assert_eq!(
+            fs::read_dir(d.path()).unwrap().count(),
+            0,
+            "nothing written"
+        );
+        r.attachments[0].config = nested_config(124);
+        store.save(&r).unwrap();
+        assert_eq!(store.load("abc123").unwrap().unwrap(), r);
+        // Brackets inside strings are not nesting.
+        r.attachments[0].config = json!({"cniVersion": "1.0.0", "name": "n",
+            "plugins": [{"type": "bridge", "x": "[[[[{{{{\\\"".repeat(100)}]});
+        store.save(&r).unwrap();
+        assert_eq!(store.load("abc123").unwrap().unwrap(), r);
     }
 
     #[test]
