@@ -17,6 +17,8 @@ use serde_json::{Map, Value};
 pub const DEFAULT_CONF_DIR: &str = "/etc/cni/multus/net.d";
 /// libcni's result cache base (DESIGN.md "Paths").
 pub const DEFAULT_CNI_DIR: &str = "/var/lib/cni";
+/// Multus's default `cniDir`: its scratch cache and result cache (multus-reference.md §2.13).
+pub const DEFAULT_MULTUS_CNI_DIR: &str = "/var/lib/cni/multus";
 pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
 /// Where plumb keeps its attachment records (DESIGN.md "Paths").
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/plumb";
@@ -53,6 +55,9 @@ pub struct Config {
     pub readiness_indicator_file: Option<PathBuf>,
     pub conf_dir: PathBuf,
     pub cni_dir: PathBuf,
+    /// Where Multus kept its caches on this node, read by DEL of a sandbox Multus attached
+    /// ([`crate::multus_cache`]): `cniDir` when set, else Multus's default.
+    pub multus_cni_dir: PathBuf,
     pub bin_dir: PathBuf,
     pub log_file: Option<PathBuf>,
     pub log_level: LogLevel,
@@ -369,6 +374,7 @@ impl Config {
             readiness_indicator_file: r.string("readinessindicatorfile")?.map(PathBuf::from),
             conf_dir: r.path("confDir", DEFAULT_CONF_DIR)?,
             cni_dir: r.path("cniDir", DEFAULT_CNI_DIR)?,
+            multus_cni_dir: r.path("cniDir", DEFAULT_MULTUS_CNI_DIR)?,
             bin_dir: r.path("binDir", DEFAULT_BIN_DIR)?,
             log_file: r.string("logFile")?.map(PathBuf::from),
             log_level,

@@ -8,6 +8,7 @@
 //! - [`pod_args`]: which pod a CNI call is for (`K8S_POD_*` in `CNI_ARGS`).
 //! - [`plan`]: a pod's ordered attachments, computed without side effects.
 //! - [`execute`]: ADD, DEL and CHECK of those attachments, with the records.
+//! - [`multus_cache`]: Multus's scratch cache, for DEL of a sandbox Multus attached.
 //! - [`cluster`]: the Kubernetes API as plumb uses it (kube-rs behind a trait).
 //! - [`pod_resources`]: the kubelet's PodResources API (gRPC behind a trait): a pod's devices.
 //! - [`devices`]: the devices of device-backed networks and their device-info files.
@@ -26,6 +27,7 @@ pub mod config;
 pub mod devices;
 pub mod execute;
 pub mod log;
+pub mod multus_cache;
 pub mod networks;
 pub mod objects;
 pub mod plan;

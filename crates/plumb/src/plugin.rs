@@ -22,6 +22,7 @@ use crate::config::Config;
 use crate::devices::KubeletDevices;
 use crate::execute::{Added, DefaultRoutes, Executor, Sandbox};
 use crate::log::Log;
+use crate::multus_cache;
 use crate::networks::{NodeNetworks, PrefetchedNads, RecordedNads};
 use crate::plan::{self, Devices, Plan, Pod};
 use crate::pod_args::PodArgs;
@@ -67,6 +68,28 @@ struct Call {
     api_budget: Option<Duration>,
 }
 
+/// What runs the delegates: plugins from `binDir` then `cni_path`, their results cached under
+/// `cache_dir`, their stderr in plumb's log.
+fn delegates_runner(
+    config: &Config,
+    cni_path: &[std::path::PathBuf],
+    log: &Arc<Log>,
+    cache_dir: std::path::PathBuf,
+) -> CniConfig {
+    let mut cni = config.delegates_runner(cni_path);
+    cni.cache = cni::cache::ResultCache::new(cache_dir);
+    let plugin_log = Arc::clone(log);
+    cni.on_plugin_stderr = Some(Box::new(move |l| {
+        plugin_log.debug(&format!(
+            "delegate {} ({}) wrote: {}",
+            l.plugin_type,
+            l.command.as_str(),
+            l.stderr.trim_end()
+        ));
+    }));
+    cni
+}
+
 impl Call {
     fn new(args: &CmdArgs) -> Result<Call, CniError> {
         let config = Config::parse(&args.stdin)?;
@@ -74,20 +97,11 @@ impl Call {
         for w in &config.warnings {
             log.verbose(w);
         }
-        let mut cni = config.delegates_runner(&args.path);
         let cni_args = cni::args::parse(&args.args)?;
         let pod_args = PodArgs::from_args(&cni_args)?;
         // One log (one open log file) for plumb's lines and its delegates' stderr.
         let log = Arc::new(log);
-        let plugin_log = Arc::clone(&log);
-        cni.on_plugin_stderr = Some(Box::new(move |l| {
-            plugin_log.debug(&format!(
-                "delegate {} ({}) wrote: {}",
-                l.plugin_type,
-                l.command.as_str(),
-                l.stderr.trim_end()
-            ));
-        }));
+        let cni = delegates_runner(&config, &args.path, &log, config.cni_dir.clone());
         Ok(Call {
             records: RecordStore::new(config.state_dir.clone()),
             device_info: DeviceInfoDirs::new(config.device_info_dir.clone()),
@@ -473,9 +487,54 @@ impl Plumb<'_> {
     }
 
     fn do_del(&self, call: &Call, args: &CmdArgs) -> Result<(), CniError> {
-        let exec = self.executor(call);
         let sandbox = call.sandbox(args);
+        // A sandbox Multus attached before plumb replaced it on this node: Multus's scratch
+        // cache names what to delete, and Multus's result cache holds the delegates' results.
+        // A record beside that file is what a DEL from it could not finish (del_planned keeps
+        // it), for this retry; its results are in Multus's cache too.
+        let scratch = multus_cache::find(&call.config.multus_cni_dir, &args.container_id);
+        let multus_runner = match &scratch {
+            Ok(Some(_)) => Some(delegates_runner(
+                &call.config,
+                &args.path,
+                &call.log,
+                call.config.multus_cni_dir.clone(),
+            )),
+            _ => None,
+        };
+        let exec = Executor {
+            cni: multus_runner.as_ref().unwrap_or(&call.cni),
+            ..self.executor(call)
+        };
         if exec.del(&sandbox, &args.netns)? {
+            if let Ok(Some(path)) = &scratch {
+                multus_cache::remove(path)?;
+            }
+            return Ok(());
+        }
+        if let Some(path) = scratch? {
+            let delegates = multus_cache::load(&path, call.config.cni_version)?;
+            let attachments =
+                multus_cache::attachments(&delegates, &args.ifname, &call.config.runtime_config);
+            let warnings = exec
+                .del_planned(&sandbox, &args.netns, &attachments)
+                .map_err(|e| {
+                    e.context(format!(
+                        "DEL from Multus's scratch cache {}",
+                        path.display()
+                    ))
+                })?;
+            for w in warnings {
+                call.log
+                    .error(&format!("{}: {w}", who(&call.pod_args, &args.container_id)));
+            }
+            multus_cache::remove(&path)?;
+            call.log.verbose(&format!(
+                "{}: deleted from Multus's scratch cache {} ({} networks)",
+                who(&call.pod_args, &args.container_id),
+                path.display(),
+                attachments.len()
+            ));
             return Ok(());
         }
         // No record: plumb never recorded this sandbox (an ADD that did not reach its first
