@@ -486,6 +486,40 @@ impl Plumb<'_> {
             .ok_or_else(|| CniError::new(ErrorCode::Internal, "no default network was attached"))
     }
 
+    /// DEL of what Multus's scratch cache at `path` names ([`multus_cache`]), the file removed
+    /// once every DEL succeeded.
+    fn del_from_multus_cache(
+        &self,
+        call: &Call,
+        args: &CmdArgs,
+        exec: &Executor<'_>,
+        sandbox: &Sandbox,
+        path: &std::path::Path,
+    ) -> Result<(), CniError> {
+        let delegates = multus_cache::load(path, call.config.cni_version)?;
+        let attachments =
+            multus_cache::attachments(&delegates, &args.ifname, &call.config.runtime_config);
+        let warnings = exec
+            .del_planned(sandbox, &args.netns, &attachments)
+            .map_err(|e| {
+                e.context(format!(
+                    "DEL from Multus's scratch cache {}",
+                    path.display()
+                ))
+            })?;
+        let who = who(&call.pod_args, &args.container_id);
+        for w in warnings {
+            call.log.error(&format!("{who}: {w}"));
+        }
+        multus_cache::remove(path)?;
+        call.log.verbose(&format!(
+            "{who}: deleted from Multus's scratch cache {} ({} networks)",
+            path.display(),
+            attachments.len()
+        ));
+        Ok(())
+    }
+
     fn do_del(&self, call: &Call, args: &CmdArgs) -> Result<(), CniError> {
         let sandbox = call.sandbox(args);
         // A sandbox Multus attached before plumb replaced it on this node: Multus's scratch
@@ -513,29 +547,7 @@ impl Plumb<'_> {
             return Ok(());
         }
         if let Some(path) = scratch? {
-            let delegates = multus_cache::load(&path, call.config.cni_version)?;
-            let attachments =
-                multus_cache::attachments(&delegates, &args.ifname, &call.config.runtime_config);
-            let warnings = exec
-                .del_planned(&sandbox, &args.netns, &attachments)
-                .map_err(|e| {
-                    e.context(format!(
-                        "DEL from Multus's scratch cache {}",
-                        path.display()
-                    ))
-                })?;
-            for w in warnings {
-                call.log
-                    .error(&format!("{}: {w}", who(&call.pod_args, &args.container_id)));
-            }
-            multus_cache::remove(&path)?;
-            call.log.verbose(&format!(
-                "{}: deleted from Multus's scratch cache {} ({} networks)",
-                who(&call.pod_args, &args.container_id),
-                path.display(),
-                attachments.len()
-            ));
-            return Ok(());
+            return self.del_from_multus_cache(call, args, &exec, &sandbox, &path);
         }
         // No record: plumb never recorded this sandbox (an ADD that did not reach its first
         // attachment, or a record removed by hand). Undo what planning from the API finds;
