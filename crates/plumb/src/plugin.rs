@@ -726,7 +726,16 @@ impl Plumb<'_> {
             }
         }
         // Then each delegate network, with every attachment of a live sandbox as valid.
-        let cached = match call.cni.cache.list(None) {
+        // Multus's result cache too, when it is apart from plumb's (no `cniDir`): a pod Multus
+        // attached before plumb replaced it is live, and its attachments are there only.
+        let multus_cache = (call.config.multus_cni_dir != call.config.cni_dir)
+            .then(|| cni::cache::ResultCache::new(&call.config.multus_cni_dir));
+        let cached = match call.cni.cache.list(None).and_then(|mut c| {
+            if let Some(m) = &multus_cache {
+                c.extend(m.list(None)?);
+            }
+            Ok(c)
+        }) {
             Ok(c) => c,
             Err(e) => {
                 // Without it a live attachment would look stale, and lose its address.
@@ -899,5 +908,67 @@ impl DefaultRoutes for NetlinkRoutes {
         gateways: &[std::net::IpAddr],
     ) -> Result<(), CniError> {
         crate::routes::set_default_route(netns, ifname, gateways).map_err(CniError::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use testkit::fake_plugin::FakePlugin;
+
+    use super::*;
+
+    #[test]
+    fn gc_keeps_valid_the_attachments_multus_made_of_a_live_sandbox() {
+        // A node moved from Multus with a pod still running: its attachments are in Multus's
+        // result cache only, which is apart from plumb's when `cniDir` is not set.
+        let d = tempfile::tempdir().unwrap();
+        let bin = d.path().join("bin");
+        let fake = FakePlugin::install(&bin, "fake-gc");
+        let config = json!({
+            "cniVersion": "1.1.0", "name": "plumb-net", "type": "plumb", "binDir": bin,
+            "plumbStateDir": d.path().join("state"), "confDir": d.path().join("conf"),
+            "plumbDeviceInfoDir": d.path().join("devinfo"), "logToStderr": false,
+            "delegates": [{"cniVersion": "1.1.0", "name": "net-a", "type": "fake-gc"}],
+            "cni.dev/valid-attachments": [{"containerID": "c-multus", "ifname": "eth0"}]
+        });
+        let args = CmdArgs {
+            container_id: String::new(),
+            netns: String::new(),
+            ifname: String::new(),
+            args: String::new(),
+            path: Vec::new(),
+            stdin: config.to_string().into_bytes(),
+            config: config.as_object().unwrap().clone(),
+            version: Version::V1_1_0,
+        };
+        let mut call = Call::new(&args).unwrap();
+        call.config.cni_dir = d.path().join("cni");
+        call.config.multus_cni_dir = d.path().join("multus");
+        call.cni = delegates_runner(&call.config, &[], &call.log, call.config.cni_dir.clone());
+        let net_a = br#"{"cniVersion":"1.1.0","name":"net-a","type":"fake-gc"}"#;
+        cni::cache::ResultCache::new(&call.config.multus_cni_dir)
+            .write(&cni::cache::CachedAttachment {
+                container_id: "c-multus".into(),
+                config: net_a.to_vec(),
+                if_name: "eth0".into(),
+                network_name: "net-a".into(),
+                netns: "/var/run/netns/x".into(),
+                cni_args: Vec::new(),
+                capability_args: Default::default(),
+                result: Some(json!({"cniVersion": "1.1.0"})),
+            })
+            .unwrap();
+        Plumb {
+            routes: &NetlinkRoutes,
+        }
+        .do_gc(&call, &args)
+        .unwrap();
+        let gc = fake.calls_of("GC");
+        assert_eq!(gc.len(), 1);
+        assert_eq!(
+            gc[0].stdin_json()["cni.dev/valid-attachments"],
+            json!([{"containerID": "c-multus", "ifname": "eth0"}])
+        );
     }
 }
