@@ -170,8 +170,10 @@ fn delegate(d: GoDelegate, cni_version: Version) -> Result<Delegate, String> {
 /// The attachments Multus made of `delegates`, for DEL: the first is the master, on the
 /// runtime's `ifname` with the runtime's `runtime_config`; the others on their
 /// `ifnameRequest`, else `net<position>` (Multus's `getIfname`), with their own capability
-/// arguments (Multus's `mergeCNIRuntimeConfig` adds those to non-master delegates only; the
-/// runtime's go to the master alone, plumb's rule, multi-net spec §7.5).
+/// arguments. Multus's `mergeCNIRuntimeConfig` starts every delegate from the runtime's
+/// `runtimeConfig` and adds those to the non-master ones; plumb gives the runtime's to the
+/// master alone, as it does in ADD (multi-net spec §7.5), so a NAD's portmap gets no
+/// `portMappings` on this DEL either.
 pub fn attachments(
     delegates: &[Delegate],
     ifname: &str,
