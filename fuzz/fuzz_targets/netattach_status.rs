@@ -18,7 +18,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let gws = ["10.0.0.1".parse().unwrap()];
     let mut built = Vec::new();
-    for (is_default, route) in [(true, None), (false, Some(&[][..])), (false, Some(&gws[..]))] {
+    for (is_default, route) in [
+        (true, None),
+        (false, Some(&[][..])),
+        (false, Some(&gws[..])),
+    ] {
         let entry = status::build(&StatusInput {
             name: "ns/net",
             result: Some(&result),
