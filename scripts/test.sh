@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
