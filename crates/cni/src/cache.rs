@@ -33,6 +33,10 @@ pub const DEFAULT_CACHE_DIR: &str = "/var/lib/cni";
 /// The `kind` of a current cache entry.
 pub const KIND_V1: &str = "cniCacheV1";
 
+/// The largest cache entry read: an entry holds one network's configuration and its result, a
+/// few KiB; anything far larger is not one, and is not read whole.
+pub const MAX_ENTRY: u64 = 16 << 20;
+
 /// One cache entry: what libcni's `cachedInfo` holds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CachedAttachment {
@@ -243,7 +247,7 @@ impl ResultCache {
                     _ => continue,
                 }
             }
-            let Ok(bytes) = fs::read(dir.join(&name)) else {
+            let Ok(bytes) = crate::files::read_bounded(&dir.join(&name), MAX_ENTRY) else {
                 continue;
             };
             let Ok(entry) = decode_entry(&bytes) else {
@@ -300,8 +304,10 @@ pub fn decode_entry(bytes: &[u8]) -> Result<CachedAttachment, String> {
     })
 }
 
+/// The bytes of the entry `path` if there is one: bounded, and an error at once when it is no
+/// regular file.
 fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>, CniError> {
-    match fs::read(path) {
+    match crate::files::read_bounded(path, MAX_ENTRY) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_err("cannot read", path, e)),
@@ -477,6 +483,28 @@ mod tests {
     use super::*;
 
     const FIXTURE_NAME: &str = "results-fixture-net-cnitool-f44a90ca26003b1992e5-eth0.json";
+
+    #[test]
+    fn an_entry_that_is_a_fifo_is_refused_at_once() {
+        // A DEL reads the entry for its prevResult: a FIFO there held the call with no error.
+        let d = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(d.path());
+        fs::create_dir_all(cache.results_dir()).unwrap();
+        let path = cache.path("net", "cid", "eth0").unwrap();
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let read = cache.read("net", "cid", "eth0").map(drop);
+            let listed = cache.list(Some("cid")).map(|l| l.len());
+            let _ = tx.send((read, listed));
+        });
+        let (read, listed) = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the cache waited on the FIFO");
+        let e = read.unwrap_err();
+        assert!(e.msg.contains(&path.display().to_string()), "{e}");
+        assert_eq!(listed.unwrap(), 0, "a FIFO is no entry");
+    }
 
     fn fixture_bytes() -> Vec<u8> {
         fs::read(format!(

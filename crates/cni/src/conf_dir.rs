@@ -15,6 +15,11 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{NetworkConfigList, PluginConfig};
 use crate::error::{CniError, ErrorCode};
+use crate::files;
+
+/// The largest configuration file read: a network configuration is a few KiB, and one that
+/// embeds certificates or long lists stays far below this.
+pub const MAX_CONF_FILE: u64 = 16 << 20;
 
 /// Files in `dir` with one of `extensions` (without the dot), sorted by name. A missing
 /// directory is an error naming it.
@@ -58,8 +63,10 @@ fn may_be_conf_file(path: &Path) -> bool {
     }
 }
 
+/// The bytes of the configuration file `path`: bounded, and refused at once when it is no
+/// regular file (a FIFO named as the cluster network would hold every ADD).
 fn read(path: &Path) -> Result<Vec<u8>, CniError> {
-    fs::read(path).map_err(|e| {
+    files::read_bounded(path, MAX_CONF_FILE).map_err(|e| {
         CniError::new(
             ErrorCode::Io,
             format!("cannot read {}: {e}", path.display()),
@@ -119,7 +126,8 @@ pub fn load_all(dir: &Path) -> Result<(Found, Vec<CniError>), CniError> {
 /// The `name` a file declares, if it is a JSON object with a string `name`, however broken the
 /// rest of it is.
 fn declared_name(path: &Path) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(&fs::read(path).ok()?).ok()?;
+    let bytes = files::read_bounded(path, MAX_CONF_FILE).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     v.get("name")?.as_str().map(str::to_string)
 }
 
@@ -172,6 +180,26 @@ mod tests {
 
     fn write(dir: &Path, name: &str, content: &str) {
         fs::write(dir.join(name), content).unwrap();
+    }
+
+    #[test]
+    fn a_configuration_path_that_is_a_fifo_fails_at_once() {
+        // `clusterNetwork` may name a file: a FIFO there held every ADD until the runtime gave
+        // up, with no error. Now an error naming it, without waiting for a writer.
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("10-net.conflist");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(load_file(&path).map(drop));
+        });
+        let e = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("load_file waited on the FIFO")
+            .unwrap_err();
+        assert!(e.msg.contains(&fifo.display().to_string()), "{e}");
+        assert!(e.msg.contains("FIFO"), "{e}");
     }
 
     #[test]

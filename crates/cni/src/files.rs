@@ -1,5 +1,6 @@
 //! Files a CNI call is told to read or write (plumb's kubeconfig, its token and certificate
-//! files, its log file; device-info files), opened so that a path naming the wrong thing fails
+//! files, its log file; configuration files, result-cache entries, attachment records,
+//! device-info files), opened so that a path naming the wrong thing fails
 //! the call with an error rather than holding it:
 //! a FIFO waits for its other end, a device like `/dev/zero` never ends, and a huge file read
 //! whole could get the plugin killed for its memory, with no error for the runtime.

@@ -95,6 +95,10 @@ pub fn decode(bytes: &[u8]) -> Result<Record, Decoded> {
 /// then read back as corrupt, failing every DEL of the sandbox (and skipping GC) for good.
 const MAX_NESTING: usize = 127;
 
+/// The largest record read: one holds a sandbox's delegate configurations (each a NAD's,
+/// which Kubernetes bounds at about 1.5 MiB), a few KiB in practice.
+pub const MAX_RECORD: u64 = 64 << 20;
+
 /// How deep arrays and objects nest in the JSON text `bytes`.
 fn nesting(bytes: &[u8]) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
@@ -235,7 +239,8 @@ impl RecordStore {
     /// The record of a sandbox; `Ok(None)` when there is none.
     pub fn load(&self, container_id: &str) -> Result<Option<Record>, RecordError> {
         let path = self.path(container_id)?;
-        let bytes = match fs::read(&path) {
+        // Bounded, and an error at once for anything but a regular file (a FIFO would hold DEL).
+        let bytes = match cni::files::read_bounded(&path, MAX_RECORD) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(RecordError::Io { path, source }),
@@ -308,6 +313,24 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_record_that_is_a_fifo_is_refused_at_once() {
+        // DEL reads the record first: a FIFO in its place held the call with no error.
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let path = store.path("abc123").unwrap();
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(store.load("abc123").map(drop));
+        });
+        let e = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("load waited on the FIFO")
+            .unwrap_err();
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+    }
 
     fn record() -> Record {
         Record {
