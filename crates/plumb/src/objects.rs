@@ -58,10 +58,19 @@ fn invalid(msg: String) -> CniError {
     CniError::new(ErrorCode::InvalidConfig, msg)
 }
 
-/// Every object in `file`. Empty documents are skipped; `List` objects are unpacked.
+/// The largest object file read: a NAD or a pod is at most ~1.5 MiB (etcd's limit); a file
+/// holds a few.
+pub const MAX_OBJECT_FILE: u64 = 16 << 20;
+
+/// Every object in `file`. Empty documents are skipped; `List` objects are unpacked. The file
+/// is read bounded, and refused at once when it is no regular file (a FIFO among the NADs of
+/// `plumbNadDir` would hold every ADD).
 pub fn read_file(file: &Path) -> Result<Vec<FileObject>, CniError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| CniError::new(ErrorCode::Io, format!("{}: {e}", file.display())))?;
+    let io_error = |e: &dyn std::fmt::Display| {
+        CniError::new(ErrorCode::Io, format!("{}: {e}", file.display()))
+    };
+    let bytes = cni::files::read_bounded(file, MAX_OBJECT_FILE).map_err(|e| io_error(&e))?;
+    let text = String::from_utf8(bytes).map_err(|e| io_error(&e))?;
     let mut out = Vec::new();
     let docs: Vec<Value> = if file.extension().is_some_and(|e| e == "json") {
         vec![
@@ -298,6 +307,24 @@ mod tests {
         let pod = pod_of(&objects[2]).unwrap();
         assert_eq!(pod.namespace, "default");
         assert_eq!(pod.annotations["k8s.v1.cni.cncf.io/networks"], "net-a");
+    }
+
+    #[test]
+    fn an_object_file_that_is_a_fifo_is_refused_at_once() {
+        // The NADs of `plumbNadDir` are read on every ADD: a FIFO among them held the call.
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("nads.yaml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = d.path().to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_paths(&[path]).map(drop));
+        });
+        let e = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("reading the NAD files waited on the FIFO")
+            .unwrap_err();
+        assert!(e.msg.contains("nads.yaml") && e.msg.contains("FIFO"), "{e}");
     }
 
     #[test]

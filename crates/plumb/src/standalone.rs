@@ -86,7 +86,7 @@ pub struct PlanArgs {
 }
 
 fn read_config(path: &Path) -> Result<Config, CniError> {
-    let bytes = std::fs::read(path).map_err(|e| {
+    let bytes = cni::files::read_bounded(path, cni::conf_dir::MAX_CONF_FILE).map_err(|e| {
         CniError::new(
             ErrorCode::Io,
             format!("plumb configuration {}: {e}", path.display()),
