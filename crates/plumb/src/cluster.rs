@@ -99,7 +99,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// added up (the delegates' time in between does not count). The kubelet gives a whole sandbox
 /// creation 2 minutes (`--runtime-request-timeout`) and the delegates need their share; past this
 /// the call fails with code 11 and the kubelet tries again.
-const API_BUDGET: Duration = Duration::from_secs(30);
+pub const API_BUDGET: Duration = Duration::from_secs(30);
 
 /// The API budget of a STATUS call (CNI 1.1), which the runtime makes every few seconds to learn
 /// whether the node can start pods: an API server that does not answer within this long says

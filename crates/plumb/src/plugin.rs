@@ -17,7 +17,7 @@ use netattach::device_info_files::{self, DeviceInfoDirs};
 use netattach::status::{self, StatusInput};
 use serde_json::Value;
 
-use crate::cluster::{Cluster, KubeCluster, STATUS_API_BUDGET, annotations_from};
+use crate::cluster::{API_BUDGET, Cluster, KubeCluster, STATUS_API_BUDGET, annotations_from};
 use crate::config::Config;
 use crate::devices::KubeletDevices;
 use crate::execute::{Added, DefaultRoutes, Executor, Sandbox};
@@ -64,8 +64,8 @@ struct Call {
     /// Built on first use: DEL from a record never needs the API, and must work when the
     /// kubeconfig or its token is gone. A kubeconfig that cannot be used is tried once.
     cluster: std::cell::OnceCell<Result<Option<KubeCluster>, CniError>>,
-    /// The API time this call may spend, when it is not the usual one (STATUS).
-    api_budget: Option<Duration>,
+    /// The API time this call may spend ([`API_BUDGET`]; STATUS: [`STATUS_API_BUDGET`]).
+    api_budget: Duration,
 }
 
 /// What runs the delegates: plugins from `binDir` then `cni_path`, their results cached under
@@ -112,7 +112,7 @@ impl Call {
             cni_args,
             pod_args,
             cluster: std::cell::OnceCell::new(),
-            api_budget: None,
+            api_budget: API_BUDGET,
         })
     }
 
@@ -124,10 +124,7 @@ impl Call {
                 return Ok(None);
             };
             let start = Instant::now();
-            let cluster = match self.api_budget {
-                Some(budget) => KubeCluster::with_budget(k, budget)?,
-                None => KubeCluster::from_kubeconfig(k)?,
-            };
+            let cluster = KubeCluster::with_budget(k, self.api_budget)?;
             if self.log.debug_enabled() {
                 self.log.debug(&format!(
                     "API client from the kubeconfig in {:.1} ms",
@@ -850,7 +847,7 @@ impl Plugin for Plumb<'_> {
             }
         };
         let mut call = Call::new(args).map_err(not_available)?;
-        call.api_budget = Some(STATUS_API_BUDGET);
+        call.api_budget = STATUS_API_BUDGET;
         if let Some(file) = &call.config.readiness_indicator_file
             && !file.exists()
         {
@@ -970,5 +967,78 @@ mod tests {
             gc[0].stdin_json()["cni.dev/valid-attachments"],
             json!([{"containerID": "c-multus", "ifname": "eth0"}])
         );
+    }
+
+    #[test]
+    fn del_from_multus_caches_apart_from_plumbs_gives_multus_results_and_clears_them() {
+        // The usual migration: Multus's configuration kept, no `cniDir`, so Multus's scratch
+        // and result caches (/var/lib/cni/multus) are apart from plumb's result cache
+        // (/var/lib/cni). The delegate's DEL gets Multus's cached result as prevResult, and
+        // Multus's files go once it succeeded; plumb's cache is not touched.
+        let d = tempfile::tempdir().unwrap();
+        let bin = d.path().join("bin");
+        let fake = FakePlugin::install(&bin, "fake-del");
+        let config = json!({
+            "cniVersion": "1.0.0", "name": "plumb-net", "type": "plumb", "binDir": bin,
+            "plumbStateDir": d.path().join("state"), "confDir": d.path().join("conf"),
+            "plumbDeviceInfoDir": d.path().join("devinfo"), "logToStderr": false,
+            "delegates": [{"cniVersion": "1.0.0", "name": "net-a", "type": "fake-del"}]
+        });
+        let args = CmdArgs {
+            container_id: "c-multus".into(),
+            netns: "/var/run/netns/gone".into(),
+            ifname: "eth0".into(),
+            args: String::new(),
+            path: Vec::new(),
+            stdin: config.to_string().into_bytes(),
+            config: config.as_object().unwrap().clone(),
+            version: Version::V1_0_0,
+        };
+        let mut call = Call::new(&args).unwrap();
+        call.config.cni_dir = d.path().join("cni");
+        call.config.multus_cni_dir = d.path().join("multus");
+        call.cni = delegates_runner(&call.config, &[], &call.log, call.config.cni_dir.clone());
+        let net_a = br#"{"cniVersion":"1.0.0","name":"net-a","type":"fake-del"}"#;
+        // What Multus's saveDelegates wrote (multus_cache's tests show the whole shape).
+        std::fs::create_dir_all(&call.config.multus_cni_dir).unwrap();
+        let scratch = call.config.multus_cni_dir.join("c-multus");
+        std::fs::write(
+            &scratch,
+            json!([{"Name": "net-a", "Bytes": cni::base64::encode(net_a)}]).to_string(),
+        )
+        .unwrap();
+        let result = json!({"cniVersion": "1.0.0",
+            "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/gone"}],
+            "ips": [{"address": "10.9.0.7/24", "interface": 0}]});
+        let multus_results = cni::cache::ResultCache::new(&call.config.multus_cni_dir);
+        multus_results
+            .write(&cni::cache::CachedAttachment {
+                container_id: "c-multus".into(),
+                config: net_a.to_vec(),
+                if_name: "eth0".into(),
+                network_name: "net-a".into(),
+                netns: "/var/run/netns/gone".into(),
+                cni_args: Vec::new(),
+                capability_args: Default::default(),
+                result: Some(result.clone()),
+            })
+            .unwrap();
+        Plumb {
+            routes: &NetlinkRoutes,
+        }
+        .do_del(&call, &args)
+        .unwrap();
+        let del = fake.calls_of("DEL");
+        assert_eq!(del.len(), 1);
+        assert_eq!(del[0].var("CNI_IFNAME"), Some("eth0"));
+        assert_eq!(del[0].stdin_json()["prevResult"], result);
+        assert!(!scratch.exists(), "the scratch file is left");
+        assert!(
+            multus_results
+                .read("net-a", "c-multus", "eth0")
+                .unwrap()
+                .is_none()
+        );
+        assert!(!call.config.cni_dir.join("results").exists());
     }
 }
