@@ -120,16 +120,22 @@ fn open_log_file(path: &Path) -> Result<File, String> {
     Ok(file)
 }
 
-/// `msg` as one line: messages carry strings from outside (annotations, API answers, a
-/// delegate's stderr), and a newline or a terminal escape in them must not split a record or
-/// forge one (`\n` would start a line that looks like plumb's own).
-fn one_line(msg: &str) -> Cow<'_, str> {
-    if !msg.chars().any(|c| c.is_control() && c != '\t') {
+/// `msg` as one line, safe to show on a terminal: messages and the annotations `plumb status`
+/// prints carry strings from outside (annotations, API answers, a delegate's stderr), and a
+/// newline or a terminal escape in them must not split a record or a row or forge one (`\n`
+/// would start a line that looks like plumb's own), nor a bidirectional override reorder what
+/// the operator reads. Those are written as escapes (`\n`, `\u{1b}`, `\u{202e}`).
+pub fn one_line(msg: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !msg.chars().any(unsafe_char) {
         return Cow::Borrowed(msg);
     }
     let mut out = String::with_capacity(msg.len() + 16);
     for c in msg.chars() {
-        if c.is_control() && c != '\t' {
+        if unsafe_char(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);

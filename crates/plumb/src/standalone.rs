@@ -396,7 +396,7 @@ pub fn status(a: &StatusArgs, out: &mut dyn Write) -> Result<(), CniError> {
                     (false, None) => "".into(),
                 },
             ]
-            .map(|cell| printable(&cell))
+            .map(|cell| crate::log::one_line(&cell).into_owned())
         })
         .collect();
     let header = ["NETWORK", "INTERFACE", "IPS", "MAC", ""];
@@ -421,26 +421,6 @@ pub fn status(a: &StatusArgs, out: &mut dyn Write) -> Result<(), CniError> {
     }
     out.write_all(text.as_bytes())
         .map_err(|e| CniError::new(ErrorCode::Io, e.to_string()))
-}
-
-/// `s` with every control character (and every bidirectional override) written as an escape.
-/// The annotation is anybody's who may edit the pod: an escape sequence, a carriage return or a
-/// newline in it would otherwise reach the operator's terminal, to recolour, hide or forge rows.
-fn printable(s: &str) -> String {
-    let unsafe_char =
-        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-    if !s.chars().any(unsafe_char) {
-        return s.to_string();
-    }
-    s.chars()
-        .map(|c| {
-            if unsafe_char(c) {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -518,7 +498,7 @@ mod tests {
         assert!(!text.contains(['\u{1b}', '\r', '\u{202e}']), "{text:?}");
         let row = text.lines().nth(1).unwrap();
         assert!(
-            row.starts_with("ns/net-a\\u{1b}[2K\\u{d}ns/fake  net1\\u{a}forged  row  -  "),
+            row.starts_with("ns/net-a\\u{1b}[2K\\rns/fake  net1\\nforged  row  -  "),
             "{row}"
         );
         assert!(row.ends_with("02:00:00:00:00:01\\u{202e}"), "{row}");
