@@ -205,12 +205,19 @@ fn main() {
     );
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
     let kubeconfig = api.write_kubeconfig(dir.path().join("kubeconfig"), KubeconfigUser::Token);
+    // DAEMON=1: `plumb daemon` serves the calls, which the plugin (the shim) forwards to it.
+    let daemon = std::env::var("DAEMON")
+        .is_ok_and(|v| v == "1")
+        .then(|| Daemon::start(&dir.path().join("plumb.sock")));
     let config = |level: &str| {
-        json!({"cniVersion": "1.0.0", "name": "plumb", "type": "plumb",
+        let mut c = json!({"cniVersion": "1.0.0", "name": "plumb", "type": "plumb",
                "clusterNetwork": "default-net", "kubeconfig": kubeconfig,
                "binDir": PLUGINS, "cniDir": dir.path().join("cni"),
-               "plumbStateDir": dir.path().join("state"), "logLevel": level})
-        .to_string()
+               "plumbStateDir": dir.path().join("state"), "logLevel": level});
+        if let Some(d) = &daemon {
+            c["plumbDaemonSocket"] = json!(d.socket);
+        }
+        c.to_string()
     };
     let quiet = config("error");
     let args =
@@ -334,9 +341,14 @@ fn main() {
     let release: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/plumb");
     let size = stripped_size(&release, dir.path());
 
+    let mode = if daemon.is_some() {
+        "plumb daemon"
+    } else {
+        "thin mode"
+    };
     println!(
         "e2e_add_del: {iterations} interleaved iterations of ADD+DEL of a pod on 3 networks \
-         ({} ms untimed before each ADD and each DEL; API latency {} ms)",
+         through {mode} ({} ms untimed before each ADD and each DEL; API latency {} ms)",
         ms(pause),
         ms(latency)
     );
@@ -348,7 +360,13 @@ fn main() {
         ms(vb),
         vp.as_secs_f64() / vb.as_secs_f64()
     );
+    // With the daemon the shim's own peak is what the runtime starts per call; the daemon's is
+    // its peak over the whole run.
+    let daemon_rss_kib = daemon.as_ref().and_then(Daemon::peak_rss_kib);
     println!("  peak RSS of plumb during one ADD: {rss_kib} KiB");
+    if let Some(kib) = daemon_rss_kib {
+        println!("  peak RSS of plumb daemon over the run: {kib} KiB");
+    }
     println!("  an ADD as plumb's debug log splits it (medians): {timings}");
     match size {
         Some(s) => println!("  target/release/plumb without its symbols: {s} bytes"),
@@ -356,6 +374,7 @@ fn main() {
     }
     let report = json!({
         "iterations": iterations,
+        "mode": mode,
         "shared_netns": shared.json(),
         "per_pod_netns": per_pod.json(),
         "median_paired_ratio": shared.paired_ratio(),
@@ -366,6 +385,7 @@ fn main() {
         "version_bridge_median_ms": ms(vb),
         "version_ratio": vp.as_secs_f64() / vb.as_secs_f64(),
         "plumb_add_peak_rss_kib": rss_kib,
+        "plumb_daemon_peak_rss_kib": daemon_rss_kib,
         "plumb_add_split_medians": timings,
         "release_binary_bytes": size,
     });
@@ -375,6 +395,57 @@ fn main() {
     std::fs::write(&path, serde_json::to_vec_pretty(&report).unwrap()).unwrap();
     println!("  written to {}", path.display());
     drop(cleanup);
+}
+
+/// `plumb daemon` on `socket`, stopped when dropped.
+struct Daemon {
+    child: std::process::Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(socket: &Path) -> Daemon {
+        // A clean environment, as a service manager gives it: the delegates the daemon runs
+        // inherit it, and cargo's LD_LIBRARY_PATH (seven directories) made every dynamically
+        // linked delegate search them all for its libraries, 0.4 ms more per delegate.
+        let child = Command::new(PLUMB)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .arg("daemon")
+            .arg("--socket")
+            .arg(socket)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("plumb daemon starts");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(socket).is_err() {
+            assert!(Instant::now() < deadline, "plumb daemon did not listen");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Daemon {
+            child,
+            socket: socket.to_path_buf(),
+        }
+    }
+
+    /// Its peak resident set (VmHWM).
+    fn peak_rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The size of `binary` without its symbols, as the release profile ships it (`strip =

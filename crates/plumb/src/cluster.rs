@@ -32,9 +32,11 @@ use netattach::{NetworkAttachmentDefinition, NetworkRef};
 use serde_json::{Value, json};
 
 use crate::plan::Pod;
-use cni::files;
 
 mod client_stack;
+mod sources;
+
+use sources::Sources;
 
 /// What plumb asks of the API server.
 pub trait Cluster {
@@ -253,8 +255,9 @@ fn cni_error(server: &str, what: &str, f: &Failure) -> CniError {
     CniError::new(code, format!("Kubernetes API {server}: {what}: {detail}"))
 }
 
-/// The real API, through kube-rs from a kubeconfig, on a current-thread tokio runtime. One is
-/// built per CNI call.
+/// The real API, through kube-rs from a kubeconfig, on a current-thread tokio runtime. In thin
+/// mode one is built per CNI call; the daemon keeps one across calls (`client_pool.rs`), each
+/// call starting with [`KubeCluster::begin_call`].
 pub struct KubeCluster {
     rt: Runtime,
     kubeconfig: PathBuf,
@@ -298,12 +301,13 @@ impl Drop for Runtime {
     }
 }
 
-/// The client, whether it was already built again after a 401, and how many times that
-/// succeeded (0 or 1).
+/// The client, the files it was built from, whether it was already built again after a 401 in
+/// this call, and how many times that succeeded.
 struct Client {
     client: kube::Client,
+    sources: Sources,
     reread: bool,
-    generation: u8,
+    generation: u64,
 }
 
 impl KubeCluster {
@@ -322,13 +326,14 @@ impl KubeCluster {
             .map_err(|e| CniError::new(ErrorCode::Internal, format!("tokio runtime: {e}")))?;
         let rt = Runtime(Some(rt));
         let started = Instant::now();
-        let (client, server) = rt.block_on(client_from(kubeconfig, budget))?;
+        let (client, server, sources) = rt.block_on(client_from(kubeconfig, budget))?;
         Ok(KubeCluster {
             rt,
             kubeconfig: kubeconfig.to_path_buf(),
             server,
             client: Mutex::new(Client {
                 client,
+                sources,
                 reread: false,
                 generation: 0,
             }),
@@ -344,8 +349,31 @@ impl KubeCluster {
         self.current().0
     }
 
+    /// The kubeconfig this client is for.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Whether the kubeconfig and every file of it the client was built from (token,
+    /// certificates) still hold what they held then: only then may another call use it.
+    pub fn unchanged(&self) -> bool {
+        let c = self.client.lock().unwrap_or_else(|p| p.into_inner());
+        c.sources.unchanged()
+    }
+
+    /// Readies a client kept from an earlier call for a new one, with `budget` of API time:
+    /// nothing spent yet, and a 401 may rebuild the client once more.
+    pub fn begin_call(&mut self, budget: Duration) {
+        self.budget = budget;
+        *self.spent.get_mut().unwrap_or_else(|p| p.into_inner()) = Duration::ZERO;
+        self.client
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .reread = false;
+    }
+
     /// The client and its generation (which rebuild it comes from).
-    fn current(&self) -> (kube::Client, u8) {
+    fn current(&self) -> (kube::Client, u64) {
         let c = self.client.lock().unwrap_or_else(|p| p.into_inner());
         (c.client.clone(), c.generation)
     }
@@ -433,7 +461,7 @@ impl KubeCluster {
     /// with): built again from the kubeconfig now, the first time in this call, or by a
     /// request refused at the same time. The rebuild gets what is left of the budget for
     /// requests that started at `started`.
-    async fn rebuilt_since(&self, generation: u8, started: Instant) -> bool {
+    async fn rebuilt_since(&self, generation: u64, started: Instant) -> bool {
         let _one_at_a_time = self.rebuilding.lock().await;
         {
             let c = self.client.lock().unwrap_or_else(|p| p.into_inner());
@@ -446,9 +474,10 @@ impl KubeCluster {
         }
         self.client.lock().unwrap_or_else(|p| p.into_inner()).reread = true;
         match client_from(&self.kubeconfig, self.left(started)).await {
-            Ok((client, _)) => {
+            Ok((client, _, sources)) => {
                 let mut c = self.client.lock().unwrap_or_else(|p| p.into_inner());
                 c.client = client;
+                c.sources = sources;
                 c.generation += 1;
                 // A new client has no connection yet: which version it speaks is not known.
                 self.http2.store(false, Ordering::Relaxed);
@@ -706,10 +735,12 @@ const MAX_TOKEN_FILE: u64 = 1 << 20;
 
 /// The kubeconfig at `path`, read as kube-rs's `Kubeconfig::read_from` reads it (its text in
 /// UTF-8 or, after a byte-order mark, UTF-16; several YAML documents merged; relative file
-/// names resolved against its directory), but bounded by [`files::read_bounded`]: `read_from` reads
+/// names resolved against its directory), but bounded by [`cni::files::read_bounded`]: `read_from` reads
 /// whatever the path names, to its end.
-fn read_kubeconfig(path: &Path) -> Result<kube::config::Kubeconfig, String> {
-    let bytes = files::read_bounded(path, MAX_KUBECONFIG).map_err(|e| e.to_string())?;
+fn read_kubeconfig(path: &Path, sources: &mut Sources) -> Result<kube::config::Kubeconfig, String> {
+    let bytes = sources
+        .read(path, MAX_KUBECONFIG)
+        .map_err(|e| e.to_string())?;
     let text = match bytes.as_slice() {
         [0xFF, 0xFE, rest @ ..] => utf16(rest, u16::from_le_bytes)?,
         [0xFE, 0xFF, rest @ ..] => utf16(rest, u16::from_be_bytes)?,
@@ -779,21 +810,24 @@ fn beside(dir: &Path, kc: &mut kube::config::Kubeconfig) {
 async fn client_from(
     kubeconfig: &Path,
     limit: Duration,
-) -> Result<(kube::Client, String), CniError> {
-    let mut kc = read_kubeconfig(kubeconfig).map_err(|e| bad_kubeconfig(kubeconfig, &e))?;
-    inline_files(&mut kc).map_err(|e| bad_kubeconfig(kubeconfig, &e))?;
+) -> Result<(kube::Client, String, Sources), CniError> {
+    let mut sources = Sources::default();
+    let mut kc =
+        read_kubeconfig(kubeconfig, &mut sources).map_err(|e| bad_kubeconfig(kubeconfig, &e))?;
+    inline_files(&mut kc, &mut sources).map_err(|e| bad_kubeconfig(kubeconfig, &e))?;
     let runs_exec = kc
         .auth_infos
         .iter()
         .any(|a| a.auth_info.as_ref().is_some_and(|i| i.exec.is_some()));
     if !runs_exec {
-        return client_of(kc, kubeconfig).await;
+        let (client, server) = client_of(kc, kubeconfig).await?;
+        return Ok((client, server, sources));
     }
     let handle = tokio::runtime::Handle::current();
     let path = kubeconfig.to_path_buf();
     let build = tokio::task::spawn_blocking(move || handle.block_on(client_of(kc, &path)));
     match tokio::time::timeout(limit, build).await {
-        Ok(Ok(built)) => built,
+        Ok(Ok(built)) => built.map(|(client, server)| (client, server, sources)),
         Ok(Err(e)) => Err(CniError::new(
             ErrorCode::Internal,
             format!(
@@ -954,7 +988,7 @@ impl Cluster for KubeCluster {
     }
 }
 
-/// The files the current context names, read now and bounded ([`files::read_bounded`]) into
+/// The files the current context names, read now and bounded ([`cni::files::read_bounded`]) into
 /// the kubeconfig itself, so that kube-rs, which reads them whole whatever they are (a FIFO
 /// waits for a writer, `/dev/zero` never ends), has nothing left to read:
 /// - its user's `tokenFile`, trimmed, into `token`: kube-rs keeps a file's token for a minute
@@ -967,7 +1001,7 @@ impl Cluster for KubeCluster {
 /// Other users' and clusters' files are left alone: a stale entry nobody uses must not fail
 /// every call. Without a current context, every one is read (kube-rs then refuses the
 /// kubeconfig with its own message).
-fn inline_files(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
+fn inline_files(kc: &mut kube::config::Kubeconfig, sources: &mut Sources) -> Result<(), String> {
     let context = kc.current_context.as_ref().and_then(|current| {
         kc.contexts
             .iter()
@@ -985,7 +1019,8 @@ fn inline_files(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
         };
         let user = |e: String| format!("user {:?}: {e}", named.name);
         if let Some(file) = auth.token_file.take() {
-            let token = files::read_bounded(Path::new(&file), MAX_TOKEN_FILE)
+            let token = sources
+                .read(Path::new(&file), MAX_TOKEN_FILE)
                 .map_err(|e| e.to_string())
                 .and_then(|b| String::from_utf8(b).map_err(|_| "not valid UTF-8".to_string()))
                 .map_err(|e| user(format!("tokenFile {file}: {e}")))?;
@@ -998,13 +1033,14 @@ fn inline_files(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
         if auth.client_certificate_data.is_none()
             && let Some(file) = auth.client_certificate.take()
         {
-            let pem = inlined(&file).map_err(|e| user(format!("client-certificate {e}")))?;
+            let pem =
+                inlined(&file, sources).map_err(|e| user(format!("client-certificate {e}")))?;
             auth.client_certificate_data = Some(pem);
         }
         if auth.client_key_data.is_none()
             && let Some(file) = auth.client_key.take()
         {
-            let pem = inlined(&file).map_err(|e| user(format!("client-key {e}")))?;
+            let pem = inlined(&file, sources).map_err(|e| user(format!("client-key {e}")))?;
             auth.client_key_data = Some(pem.into());
         }
     }
@@ -1018,7 +1054,7 @@ fn inline_files(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
         if cluster.certificate_authority_data.is_none()
             && let Some(file) = cluster.certificate_authority.take()
         {
-            let pem = inlined(&file)
+            let pem = inlined(&file, sources)
                 .map_err(|e| format!("cluster {:?}: certificate-authority {e}", named.name))?;
             cluster.certificate_authority_data = Some(pem);
         }
@@ -1031,8 +1067,9 @@ fn inline_files(kc: &mut kube::config::Kubeconfig) -> Result<(), String> {
 const MAX_CERT_FILE: u64 = 1 << 20;
 
 /// The file a kubeconfig names for a certificate or key, as its `-data` form (base64).
-fn inlined(file: &str) -> Result<String, String> {
-    files::read_bounded(Path::new(file), MAX_CERT_FILE)
+fn inlined(file: &str, sources: &mut Sources) -> Result<String, String> {
+    sources
+        .read(Path::new(file), MAX_CERT_FILE)
         .map(|pem| cni::base64::encode(&pem))
         .map_err(|e| format!("{file}: {e}"))
 }

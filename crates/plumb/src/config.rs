@@ -71,6 +71,9 @@ pub struct Config {
     /// `plumbNadDir`: NetworkAttachmentDefinitions as YAML/JSON files, used instead of the API
     /// when there is no `kubeconfig` (plumb without Kubernetes).
     pub nad_dir: Option<PathBuf>,
+    /// `plumbDaemonSocket`: `plumb daemon`'s socket; the plugin then forwards each call to the
+    /// daemon, and runs it itself only when no daemon listens there (`shim.rs`).
+    pub daemon_socket: Option<PathBuf>,
     /// `plumbAttachmentEvents`: a `Normal AddedInterface` event on the pod for each attachment
     /// (failures always get a `Warning` event).
     pub attachment_events: bool,
@@ -230,6 +233,7 @@ const KNOWN: &[&str] = &[
     "plumbStateDir",
     "plumbAttachmentEvents",
     "plumbNadDir",
+    "plumbDaemonSocket",
     "plumbPodResourcesSocket",
     "plumbDeviceInfoDir",
 ];
@@ -384,6 +388,7 @@ impl Config {
             state_dir: r.path("plumbStateDir", DEFAULT_STATE_DIR)?,
             attachment_events: r.bool("plumbAttachmentEvents", false)?,
             nad_dir: r.string("plumbNadDir")?.map(PathBuf::from),
+            daemon_socket: r.string("plumbDaemonSocket")?.map(PathBuf::from),
             pod_resources_socket: r.path(
                 "plumbPodResourcesSocket",
                 crate::pod_resources::DEFAULT_SOCKET,

@@ -15,15 +15,20 @@
 //! - [`networks`]: where a node finds delegate configurations (NADs, files).
 //! - [`objects`]: Kubernetes objects (NADs, pods) from YAML/JSON files, for use without a cluster.
 //! - [`plugin`]: plumb as the runtime's CNI plugin.
+//! - [`shim`]: the plugin forwarding its calls to `plumb daemon`.
+//! - [`daemon`]: `plumb daemon`, the engine serving calls with API clients kept between them.
+//! - [`client_pool`]: the daemon's API clients, kept between calls.
 //! - [`files`]: files the configuration names, read without waiting or reading on.
 //! - [`log`]: the log, Multus's line format.
 //! - [`standalone`]: `plumb attach`, `detach`, `plan` and `status`, with or without a cluster.
 //! - [`validate`]: `plumb validate`, NADs and pods checked before they reach a cluster.
 //! - [`routes`]: `default-route` (spec §4.1.2.1.9) in the pod's netns, over netlink.
 
+pub mod client_pool;
 pub mod cluster;
 pub mod cnitool;
 pub mod config;
+pub mod daemon;
 pub mod devices;
 pub mod execute;
 pub mod log;
@@ -36,5 +41,6 @@ pub mod pod_args;
 pub mod pod_resources;
 pub mod record;
 pub mod routes;
+pub mod shim;
 pub mod standalone;
 pub mod validate;

@@ -1,11 +1,13 @@
-//! The `plumb` binary. With `CNI_COMMAND` set it is the runtime's CNI plugin (thin mode:
-//! everything in this process); otherwise it takes subcommands:
+//! The `plumb` binary. With `CNI_COMMAND` set it is the runtime's CNI plugin: thin mode
+//! (everything in this process), or a shim that forwards the call to `plumb daemon` when the
+//! configuration names its socket (`plumbDaemonSocket`). Otherwise it takes subcommands:
+//! - `plumb daemon`: serve the shim's calls, keeping API clients between them.
 //! - `plumb cni add|check|del|gc|status NETWORK [NETNS]`: run a CNI network from the
 //!   configuration directory against a namespace, like the reference `cnitool`.
 //! - `plumb attach` / `plumb detach`: attach a namespace to networks as a pod would be.
 //! - `plumb plan`: what ADD would do for a pod, without doing it.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +25,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Serve CNI calls forwarded by the plugin (when its configuration sets
+    /// `plumbDaemonSocket`), keeping the API client and its connection between calls.
+    Daemon(plumb::daemon::Args),
     /// Run a CNI network against a network namespace, as the reference cnitool does.
     Cni(plumb::cnitool::Args),
     /// Attach a network namespace to networks exactly as a pod's sandbox would be, and print
@@ -112,6 +117,59 @@ fn validate(paths: &[std::path::PathBuf]) -> ExitCode {
     }
 }
 
+/// The CNI plugin: the call forwarded to the daemon when the configuration names one that
+/// listens, else run here (thin mode). Its exit code.
+fn plugin(getenv: &dyn Fn(&str) -> Option<String>) -> i32 {
+    let mut stdin = Vec::new();
+    if let Err(e) = std::io::stdin().lock().read_to_end(&mut stdin) {
+        // As the skeleton reports it.
+        let e = cni::CniError::new(
+            cni::ErrorCode::Io,
+            format!("reading the configuration on stdin: {e}"),
+        );
+        let _ = writeln!(std::io::stdout(), "{}", e.to_json());
+        return 1;
+    }
+    let mut stdout = std::io::stdout().lock();
+    if let Some(socket) = plumb::shim::daemon_socket(&stdin) {
+        let env: std::collections::BTreeMap<String, String> = std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .filter(|k| k.starts_with("CNI_"))
+            .filter_map(|k| getenv(&k).map(|v| (k, v)))
+            .collect();
+        match plumb::shim::forward(&socket, &env, &stdin) {
+            Ok(plumb::shim::Forwarded::Answer { stdout: out, code }) => {
+                let wrote = stdout.write_all(&out).and_then(|()| stdout.flush());
+                return if wrote.is_ok() { code } else { 1 };
+            }
+            Ok(plumb::shim::Forwarded::NoDaemon(why)) => {
+                if let Ok(config) = plumb::config::Config::parse(&stdin) {
+                    plumb::log::Log::from_config(&config)
+                        .verbose(&format!("{why}: running the call in this process"));
+                }
+            }
+            Err(mut e) => {
+                e.cni_version = cni_version(&stdin);
+                let _ = writeln!(stdout, "{}", e.to_json());
+                return 1;
+            }
+        }
+    }
+    let plugin = plumb::plugin::Plumb {
+        routes: &plumb::plugin::NetlinkRoutes,
+        clients: None,
+    };
+    cni::skel::dispatch(&plugin, getenv, &mut &stdin[..], &mut stdout)
+}
+
+/// The `cniVersion` of a configuration, for an error about it (empty when there is none).
+fn cni_version(stdin: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(stdin)
+        .ok()
+        .and_then(|v| v["cniVersion"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 fn main() -> ExitCode {
     // A value that is not UTF-8 is passed on with its bad bytes replaced, so that the error
     // it leads to (an invalid container ID, a netns that cannot be opened) shows it, rather
@@ -123,19 +181,11 @@ fn main() -> ExitCode {
         })
     };
     if std::env::var_os("CNI_COMMAND").is_some() {
-        let plugin = plumb::plugin::Plumb {
-            routes: &plumb::plugin::NetlinkRoutes,
-        };
-        let code = cni::skel::dispatch(
-            &plugin,
-            &getenv,
-            &mut std::io::stdin().lock(),
-            &mut std::io::stdout().lock(),
-        );
-        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+        return ExitCode::from(u8::try_from(plugin(&getenv)).unwrap_or(1));
     }
     let cli = Cli::parse();
     match cli.command {
+        Cmd::Daemon(a) => report("daemon", plumb::daemon::run(&a)),
         Cmd::Cni(args) => plumb::cnitool::main(args, &getenv),
         Cmd::Attach(a) => report(
             "attach",

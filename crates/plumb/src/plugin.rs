@@ -1,7 +1,8 @@
-//! plumb as the runtime's CNI plugin (thin mode: everything in this one process): the
-//! [`cni::skel::Plugin`] whose ADD attaches a pod to its networks, DEL detaches it, CHECK checks
-//! every attachment, STATUS and GC cover every network plumb knows of (DESIGN.md "The way of one
-//! ADD").
+//! plumb as the runtime's CNI plugin: the [`cni::skel::Plugin`] whose ADD attaches a pod to its
+//! networks, DEL detaches it, CHECK checks every attachment, STATUS and GC cover every network
+//! plumb knows of (DESIGN.md "The way of one ADD"). The same engine serves thin mode (one
+//! process per call) and the daemon (`daemon.rs`), which only adds API clients kept between
+//! calls.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use netattach::device_info_files::{self, DeviceInfoDirs};
 use netattach::status::{self, StatusInput};
 use serde_json::Value;
 
+use crate::client_pool::ClientPool;
 use crate::cluster::{API_BUDGET, Cluster, KubeCluster, STATUS_API_BUDGET, annotations_from};
 use crate::config::Config;
 use crate::devices::KubeletDevices;
@@ -45,9 +47,11 @@ const READINESS_POLL: Duration = Duration::from_millis(250);
 /// reaches them.
 const MAX_PREFETCHED_NADS: usize = 32;
 
-/// The plugin. `routes` changes default routes in pod namespaces.
+/// The plugin. `routes` changes default routes in pod namespaces; `clients` are the daemon's
+/// API clients kept between calls (`None` in thin mode: each call builds its own).
 pub struct Plumb<'a> {
     pub routes: &'a dyn DefaultRoutes,
+    pub clients: Option<Arc<ClientPool>>,
 }
 
 /// Everything one call works with, from the configuration and the request.
@@ -66,6 +70,16 @@ struct Call {
     cluster: std::cell::OnceCell<Result<Option<KubeCluster>, CniError>>,
     /// The API time this call may spend ([`API_BUDGET`]; STATUS: [`STATUS_API_BUDGET`]).
     api_budget: Duration,
+    /// Where the API client comes from and goes back to when the call ends (the daemon).
+    clients: Option<Arc<ClientPool>>,
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if let (Some(pool), Some(Ok(Some(cluster)))) = (&self.clients, self.cluster.take()) {
+            pool.give(cluster);
+        }
+    }
 }
 
 /// What runs the delegates: plugins from `binDir` then `cni_path`, their results cached under
@@ -113,6 +127,7 @@ impl Call {
             pod_args,
             cluster: std::cell::OnceCell::new(),
             api_budget: API_BUDGET,
+            clients: None,
         })
     }
 
@@ -123,6 +138,14 @@ impl Call {
             let Some(k) = &self.config.kubeconfig else {
                 return Ok(None);
             };
+            if let Some(kept) = self
+                .clients
+                .as_ref()
+                .and_then(|p| p.take(k, self.api_budget))
+            {
+                self.log.debug("API client kept from an earlier call");
+                return Ok(Some(kept));
+            }
             let start = Instant::now();
             let cluster = KubeCluster::with_budget(k, self.api_budget)?;
             if self.log.debug_enabled() {
@@ -384,6 +407,13 @@ pub fn network_status(added: &[Added]) -> String {
 }
 
 impl Plumb<'_> {
+    /// The call `args` asks for, with the daemon's clients when there are.
+    fn call(&self, args: &CmdArgs) -> Result<Call, CniError> {
+        let mut call = Call::new(args)?;
+        call.clients = self.clients.clone();
+        Ok(call)
+    }
+
     fn executor<'c>(&'c self, call: &'c Call) -> Executor<'c> {
         Executor {
             cni: &call.cni,
@@ -800,7 +830,7 @@ impl Plugin for Plumb<'_> {
 
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let start = Instant::now();
-        let call = Call::new(args)?;
+        let call = self.call(args)?;
         let result = self.do_add(&call, args, start.elapsed()).map_err(|e| {
             let e = e.context(who(&call.pod_args, &args.container_id));
             call.log.error(&format!("ADD: {e}"));
@@ -817,7 +847,7 @@ impl Plugin for Plumb<'_> {
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let call = Call::new(args)?;
+        let call = self.call(args)?;
         self.do_del(&call, args).map_err(|e| {
             let e = e.context(who(&call.pod_args, &args.container_id));
             call.log.error(&format!("DEL: {e}"));
@@ -826,7 +856,7 @@ impl Plugin for Plumb<'_> {
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let call = Call::new(args)?;
+        let call = self.call(args)?;
         self.executor(&call)
             .check(&call.sandbox(args))
             .map_err(|e| e.context(who(&call.pod_args, &args.container_id)))
@@ -846,7 +876,7 @@ impl Plugin for Plumb<'_> {
                 CniError::new(ErrorCode::NotAvailable, e.to_string())
             }
         };
-        let mut call = Call::new(args).map_err(not_available)?;
+        let mut call = self.call(args).map_err(not_available)?;
         call.api_budget = STATUS_API_BUDGET;
         if let Some(file) = &call.config.readiness_indicator_file
             && !file.exists()
@@ -889,7 +919,7 @@ impl Plugin for Plumb<'_> {
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let call = Call::new(args)?;
+        let call = self.call(args)?;
         self.do_gc(&call, args)
     }
 }
@@ -957,6 +987,7 @@ mod tests {
             })
             .unwrap();
         Plumb {
+            clients: None,
             routes: &NetlinkRoutes,
         }
         .do_gc(&call, &args)
@@ -1024,6 +1055,7 @@ mod tests {
             })
             .unwrap();
         Plumb {
+            clients: None,
             routes: &NetlinkRoutes,
         }
         .do_del(&call, &args)

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
+pub mod cluster;
+
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,285 @@
+//! `plumb daemon`: the CNI engine in a long-running process, serving the calls the `plumb` shim
+//! forwards to it (`shim.rs`) over a unix socket (DESIGN.md: daemon socket `/run/plumb/plumb.sock`,
+//! 0600, root). Each call runs exactly as in thin mode — the same configuration from the
+//! runtime's stdin, the same records, the same delegates — with one difference: the API client
+//! and its connection to the API server are kept between calls (`client_pool.rs`), so a call
+//! neither parses the kubeconfig nor makes a TCP and TLS handshake. That is most of what thin
+//! mode spends of its own on an ADD (docs/performance.md).
+//!
+//! NADs and pods are still read from the API on every call (over the open connection), not from
+//! watch caches as DESIGN.md plans: a cache can be behind the API (a NAD created just before
+//! its pod), and on the measured bench the GETs over an open connection cost little
+//! (docs/daemon.md).
+//!
+//! Calls for different containers run at the same time, each on a thread of its own; calls for
+//! the same container one after the other, in the order they came. A runtime that gave up
+//! waiting on an ADD (and killed the shim) may send the DEL while the daemon still runs that
+//! ADD: the DEL then waits for it and undoes all of it, where in thin mode the ADD would have
+//! been killed part-way.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use cni::error::{CniError, ErrorCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+
+use crate::client_pool::ClientPool;
+use crate::plugin::{NetlinkRoutes, Plumb};
+use crate::shim;
+
+/// Where the daemon listens unless told otherwise (DESIGN.md "Paths").
+pub const DEFAULT_SOCKET: &str = "/run/plumb/plumb.sock";
+
+/// The most of a request the daemon reads: the runtime's configuration and environment.
+const MAX_REQUEST: usize = 64 << 20;
+
+/// How long a stopping daemon waits for the calls it is running.
+const DRAIN: Duration = Duration::from_secs(60);
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The unix socket to listen on (the `plumbDaemonSocket` of plumb's CNI configuration).
+    #[arg(long, default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+}
+
+/// What every call shares.
+#[derive(Default)]
+struct Shared {
+    clients: Arc<ClientPool>,
+    /// One lock per container with a call running or waiting, so that its calls run in turn.
+    containers: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    running: AtomicUsize,
+    /// The uid that may call: the daemon's own (root on a node).
+    uid: u32,
+}
+
+/// Serves calls on `args.socket` until SIGTERM or SIGINT, then stops taking calls, waits for
+/// those running (up to [`DRAIN`]) and removes the socket.
+pub fn run(args: &Args) -> Result<(), CniError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CniError::new(ErrorCode::Internal, format!("tokio runtime: {e}")))?;
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .map_err(|e| CniError::new(ErrorCode::Io, format!("/proc/self: {e}")))?;
+    let shared = Arc::new(Shared {
+        uid,
+        ..Shared::default()
+    });
+    let socket = &args.socket;
+    // Bound inside the runtime (tokio's listener needs one); not one that is refused (another
+    // daemon's) is ever removed.
+    let listener = rt.block_on(async { listen(socket) })?;
+    eprintln!("plumb daemon: serving CNI calls on {}", socket.display());
+    let served = rt.block_on(serve(listener, Arc::clone(&shared)));
+    // The socket goes first: a shim that comes now runs its call in thin mode.
+    let _ = std::fs::remove_file(socket);
+    let started = std::time::Instant::now();
+    while shared.running.load(Ordering::SeqCst) > 0 && started.elapsed() < DRAIN {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = shared.running.load(Ordering::SeqCst);
+    if left > 0 {
+        eprintln!("plumb daemon: stopping with {left} calls still running");
+    }
+    rt.shutdown_background();
+    served
+}
+
+/// The listening socket at `path`, 0600 in a directory made 0700 if missing. A socket file left
+/// by a daemon that is gone is replaced; one a daemon still answers on, or any other file, is
+/// an error.
+fn listen(path: &Path) -> Result<tokio::net::UnixListener, CniError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        CniError::new(
+            ErrorCode::Io,
+            format!("daemon socket {}: {what}: {e}", path.display()),
+        )
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.exists()
+    {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| fail("cannot create its directory", &e))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => {
+            return Err(fail(
+                "exists and is not a socket",
+                &"remove it or choose another path",
+            ));
+        }
+        Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => {
+                return Err(fail(
+                    "another plumb daemon is serving on it",
+                    &"stop it first",
+                ));
+            }
+            Err(_) => {
+                std::fs::remove_file(path).map_err(|e| fail("cannot remove the old socket", &e))?
+            }
+        },
+        Err(_) => {}
+    }
+    let listener = tokio::net::UnixListener::bind(path).map_err(|e| fail("cannot listen", &e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| fail("cannot make it 0600", &e))?;
+    Ok(listener)
+}
+
+async fn serve(listener: tokio::net::UnixListener, shared: Arc<Shared>) -> Result<(), CniError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let signals = |kind| {
+        signal(kind).map_err(|e| CniError::new(ErrorCode::Internal, format!("signals: {e}")))
+    };
+    let (mut term, mut int) = (
+        signals(SignalKind::terminate())?,
+        signals(SignalKind::interrupt())?,
+    );
+    loop {
+        let stream = tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, do not spin.
+                    eprintln!("plumb daemon: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let peer = stream.peer_cred().map(|c| c.uid()).ok();
+            let service = hyper::service::service_fn(move |request| {
+                answer(request, peer, Arc::clone(&shared))
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+    eprintln!("plumb daemon: stopping");
+    Ok(())
+}
+
+fn reply(status: StatusCode, text: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(text)));
+    *r.status_mut() = status;
+    r
+}
+
+/// The answer to one request: a CNI call on `POST /cni`, `ok` on `GET /healthz`.
+async fn answer(
+    request: Request<Incoming>,
+    peer: Option<u32>,
+    shared: Arc<Shared>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    if peer != Some(shared.uid) && peer != Some(0) {
+        return Ok(reply(
+            StatusCode::FORBIDDEN,
+            format!("only uid {} or root may call plumb\n", shared.uid),
+        ));
+    }
+    match (request.method().as_str(), request.uri().path()) {
+        ("GET", "/healthz") => {
+            return Ok(reply(
+                StatusCode::OK,
+                format!(
+                    "ok: {} calls running, {} API clients idle\n",
+                    shared.running.load(Ordering::SeqCst),
+                    shared.clients.idle()
+                ),
+            ));
+        }
+        ("POST", shim::PATH) => {}
+        (method, path) => {
+            return Ok(reply(
+                StatusCode::NOT_FOUND,
+                format!("no {method} {}\n", crate::log::one_line(path)),
+            ));
+        }
+    }
+    let body = match Limited::new(request.into_body(), MAX_REQUEST)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return Ok(reply(
+                StatusCode::BAD_REQUEST,
+                format!("the request: {e}\n"),
+            ));
+        }
+    };
+    let (env, stdin) = match shim::parse_request(&body) {
+        Ok((env, stdin)) => (env, stdin.to_vec()),
+        Err(e) => {
+            return Ok(reply(
+                StatusCode::BAD_REQUEST,
+                format!("the request: {e}\n"),
+            ));
+        }
+    };
+    shared.running.fetch_add(1, Ordering::SeqCst);
+    let calling = Arc::clone(&shared);
+    let ran = tokio::task::spawn_blocking(move || call(&calling, &env, &stdin)).await;
+    shared.running.fetch_sub(1, Ordering::SeqCst);
+    let (stdout, code) = ran.unwrap_or_else(|panicked| {
+        // The engine does not panic on any input (fuzzed); should it, the runtime gets an error.
+        let e = CniError::new(
+            ErrorCode::Internal,
+            format!("plumb daemon: the call failed unexpectedly: {panicked}"),
+        );
+        (format!("{}\n", e.to_json()).into_bytes(), 1)
+    });
+    let mut r = reply(StatusCode::OK, String::new());
+    *r.body_mut() = Full::new(Bytes::from(stdout));
+    r.headers_mut()
+        .insert(shim::EXIT_CODE_HEADER, http::HeaderValue::from(code));
+    Ok(r)
+}
+
+/// Runs one CNI call as thin mode would, after the calls for the same container that came
+/// before it. Its output and exit code.
+fn call(shared: &Shared, env: &BTreeMap<String, String>, stdin: &[u8]) -> (Vec<u8>, i32) {
+    let container = env.get("CNI_CONTAINERID").cloned().unwrap_or_default();
+    let turn = (!container.is_empty()).then(|| {
+        let mut locks = shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(locks.entry(container.clone()).or_default())
+    });
+    let held = turn
+        .as_ref()
+        .map(|t| t.lock().unwrap_or_else(|p| p.into_inner()));
+    let plugin = Plumb {
+        routes: &NetlinkRoutes,
+        clients: Some(Arc::clone(&shared.clients)),
+    };
+    let getenv = |k: &str| env.get(k).cloned();
+    let mut stdout = Vec::new();
+    let code = cni::skel::dispatch(&plugin, &getenv, &mut &stdin[..], &mut stdout);
+    drop(held);
+    // The container's lock goes with its last call.
+    if let Some(turn) = turn {
+        let mut locks = shared.containers.lock().unwrap_or_else(|p| p.into_inner());
+        if Arc::strong_count(&turn) == 2 {
+            locks.remove(&container);
+        }
+    }
+    (stdout, code)
+}

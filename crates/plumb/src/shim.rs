@@ -1,0 +1,211 @@
+//! The CNI plugin as a shim: when plumb's configuration names a daemon socket
+//! (`plumbDaemonSocket`), the `plumb` the runtime runs forwards the call (its `CNI_*`
+//! environment and its stdin) to `plumb daemon` over that socket and hands the runtime the
+//! daemon's answer as its own: the same output, the same exit code (DESIGN.md: one binary, a
+//! shim that forwards to the daemon when its config names a daemon socket).
+//!
+//! The daemon not running (no socket, or nothing listening on it) is not an error: the call
+//! runs here, in thin mode, with the same configuration and the same records, so a daemon that
+//! is restarting or crashed never stops pods from starting or stopping (Multus's thick mode
+//! fails every call then). Once the daemon has the call, its answer is the call's: a connection
+//! lost part-way is an error (code 11, the runtime tries again), never a second attempt here
+//! that could run beside the daemon's.
+//!
+//! The protocol, HTTP/1.1 over the unix socket (so that `curl --unix-socket` can talk to it):
+//! `POST /cni`, the body one line of JSON with the `CNI_*` variables, a newline, then the
+//! runtime's stdin as it came; the answer's body is what the plugin prints, its exit code in the
+//! `plumb-exit-code` header.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use cni::error::{CniError, ErrorCode};
+use http_body_util::{BodyExt, Full, Limited};
+
+/// The configuration key naming the daemon's socket.
+pub const SOCKET_KEY: &str = "plumbDaemonSocket";
+
+/// The request's path and the answer's exit-code header.
+pub const PATH: &str = "/cni";
+pub const EXIT_CODE_HEADER: &str = "plumb-exit-code";
+
+/// The most of an answer the shim reads: a plugin's output is a result or an error.
+const MAX_ANSWER: usize = 16 << 20;
+
+/// The daemon socket `stdin` (plumb's configuration) names, if any. A configuration that is not
+/// JSON names none: thin mode then reports what is wrong with it.
+pub fn daemon_socket(stdin: &[u8]) -> Option<PathBuf> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        #[serde(rename = "plumbDaemonSocket")]
+        socket: Option<String>,
+    }
+    let named: Named = serde_json::from_slice(stdin).ok()?;
+    named.socket.filter(|s| !s.is_empty()).map(PathBuf::from)
+}
+
+/// What became of a call forwarded to the daemon.
+pub enum Forwarded {
+    /// The daemon's answer: what to print and the exit code.
+    Answer { stdout: Vec<u8>, code: i32 },
+    /// Nobody listens on the socket: the call is to run here. Says why.
+    NoDaemon(String),
+}
+
+/// The body of a forwarded call: `env` as one line of JSON, then `stdin`.
+pub fn request_body(env: &BTreeMap<String, String>, stdin: &[u8]) -> Vec<u8> {
+    let mut body = serde_json::to_vec(env).unwrap_or_else(|_| b"{}".to_vec());
+    body.push(b'\n');
+    body.extend_from_slice(stdin);
+    body
+}
+
+/// The `CNI_*` variables and the stdin of a forwarded call's body.
+pub fn parse_request(body: &[u8]) -> Result<(BTreeMap<String, String>, &[u8]), String> {
+    let end = body
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or("no newline after the environment")?;
+    let env: BTreeMap<String, String> = serde_json::from_slice(&body[..end])
+        .map_err(|e| format!("the environment is not a JSON object of strings: {e}"))?;
+    if let Some(k) = env.keys().find(|k| !k.starts_with("CNI_")) {
+        return Err(format!("{k:?} is not a CNI_ variable"));
+    }
+    Ok((env, &body[end + 1..]))
+}
+
+/// Sends the call (`env`, `stdin`) to the daemon at `socket`.
+pub fn forward(
+    socket: &Path,
+    env: &BTreeMap<String, String>,
+    stdin: &[u8],
+) -> Result<Forwarded, CniError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| CniError::new(ErrorCode::Internal, format!("tokio runtime: {e}")))?;
+    let lost = |e: &dyn std::fmt::Display| {
+        CniError::new(
+            ErrorCode::TryAgainLater,
+            format!(
+                "plumb daemon at {}: {e}; the call may have been done in part: the runtime's \
+                 retry (or DEL) finishes or undoes it",
+                socket.display()
+            ),
+        )
+    };
+    rt.block_on(async {
+        let stream = match tokio::net::UnixStream::connect(socket).await {
+            Ok(s) => s,
+            Err(e) if no_daemon(&e) => {
+                return Ok(Forwarded::NoDaemon(format!(
+                    "no plumb daemon at {}: {e}",
+                    socket.display()
+                )));
+            }
+            Err(e) => {
+                return Err(CniError::new(
+                    ErrorCode::Io,
+                    format!("plumb daemon at {}: cannot connect: {e}", socket.display()),
+                ));
+            }
+        };
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| lost(&e))?;
+        let connection = tokio::spawn(connection);
+        let request = http::Request::post(PATH)
+            .header(http::header::HOST, "plumb")
+            .body(Full::new(Bytes::from(request_body(env, stdin))))
+            .map_err(|e| CniError::new(ErrorCode::Internal, e.to_string()))?;
+        let answer = sender.send_request(request).await.map_err(|e| lost(&e))?;
+        let status = answer.status();
+        let code = answer
+            .headers()
+            .get(EXIT_CODE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<i32>().ok());
+        let body = Limited::new(answer.into_body(), MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| lost(&e))?
+            .to_bytes();
+        connection.abort();
+        match code {
+            Some(code) if status == http::StatusCode::OK => Ok(Forwarded::Answer {
+                stdout: body.to_vec(),
+                code,
+            }),
+            _ => Err(CniError::new(
+                ErrorCode::Internal,
+                format!(
+                    "plumb daemon at {}: refused the call ({status}): {}",
+                    socket.display(),
+                    crate::log::one_line(&String::from_utf8_lossy(&body))
+                ),
+            )),
+        }
+    })
+}
+
+/// Whether a failed connect means that no daemon is there (rather than one that cannot be
+/// reached, such as a socket plumb may not open).
+fn no_daemon(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_socket_is_read_from_the_configuration_and_nothing_else_counts() {
+        let named = br#"{"cniVersion":"1.0.0","name":"plumb","type":"plumb","plumbDaemonSocket":"/run/plumb/plumb.sock"}"#;
+        assert_eq!(
+            daemon_socket(named),
+            Some(PathBuf::from("/run/plumb/plumb.sock"))
+        );
+        assert_eq!(daemon_socket(br#"{"plumbDaemonSocket":""}"#), None);
+        assert_eq!(daemon_socket(br#"{"name":"plumb"}"#), None);
+        // Not JSON, or the key of another type: thin mode reports the configuration's fault.
+        assert_eq!(daemon_socket(b"not json"), None);
+        assert_eq!(daemon_socket(br#"{"plumbDaemonSocket":3}"#), None);
+    }
+
+    #[test]
+    fn a_request_body_carries_the_environment_and_stdin_byte_for_byte() {
+        let env = BTreeMap::from([
+            ("CNI_COMMAND".to_string(), "ADD".to_string()),
+            (
+                "CNI_ARGS".to_string(),
+                "K8S_POD_NAME=a\nb;X=\"y\"".to_string(),
+            ),
+        ]);
+        let stdin = b"{\"a\":1}\n\xff trailing";
+        let body = request_body(&env, stdin);
+        let (back, rest) = parse_request(&body).unwrap();
+        assert_eq!(back, env);
+        assert_eq!(rest, stdin);
+    }
+
+    #[test]
+    fn a_request_body_without_its_environment_or_with_other_variables_is_refused() {
+        assert!(parse_request(b"{}").unwrap_err().contains("no newline"));
+        assert!(
+            parse_request(b"[1]\n{}")
+                .unwrap_err()
+                .contains("not a JSON object")
+        );
+        assert!(
+            parse_request(b"{\"LD_PRELOAD\":\"/x.so\"}\n{}")
+                .unwrap_err()
+                .contains("\"LD_PRELOAD\" is not a CNI_ variable")
+        );
+    }
+}

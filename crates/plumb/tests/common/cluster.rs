@@ -1,0 +1,180 @@
+//! A cluster of one node for plumb's end-to-end tests with Kubernetes: testkit's API stand-in
+//! serving the cluster network and two more NADs, a kubeconfig with a token file, the node's
+//! directories, and the host bridges the NADs use.
+
+use serde_json::{Value, json};
+use testkit::kube_api::{KubeApi, KubeApiOptions, KubeconfigUser, Resource};
+use testkit::netns::{Link, Netns, unique_name};
+
+use super::{CniCall, Node, run};
+
+pub const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
+pub const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
+
+/// A cluster of one node: the API stand-in with the cluster network and three NADs, a kubeconfig
+/// with a token file, the node's directories, and the host bridges the NADs use.
+pub struct Cluster {
+    pub api: KubeApi,
+    pub node: Node,
+    pub config: Value,
+    pub token_file: std::path::PathBuf,
+    pub _links: Vec<Link>,
+}
+
+/// A bridge + host-local NAD; `default_route` makes the pod's default route point at it, as a
+/// cluster network does.
+pub fn bridge_nad(
+    node: &Node,
+    (ns, name): (&str, &str),
+    bridge: &str,
+    subnet: String,
+    default_route: bool,
+) -> Value {
+    let mut ipam = json!({"type": "host-local", "subnet": subnet, "dataDir": node.ipam_dir()});
+    if default_route {
+        ipam["routes"] = json!([{"dst": "0.0.0.0/0"}]);
+    }
+    nad(
+        ns,
+        name,
+        json!({"cniVersion": "1.0.0", "type": "bridge", "bridge": bridge, "isGateway": true,
+               "ipam": ipam}),
+    )
+}
+
+pub fn nad(ns: &str, name: &str, config: Value) -> Value {
+    json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+           "metadata": {"namespace": ns, "name": name},
+           "spec": {"config": config.to_string()}})
+}
+
+impl Cluster {
+    /// `net` picks this test's subnets (10.<net>.1-3.0/24), so tests run in parallel.
+    pub fn new(net: u8) -> Cluster {
+        Cluster::with_api(net, KubeApiOptions::default())
+    }
+
+    /// [`Cluster::new`], the stand-in started with `opts`.
+    pub fn with_api(net: u8, opts: KubeApiOptions) -> Cluster {
+        testkit::netns::require_root();
+        let api = KubeApi::start(opts);
+        let node = Node::new();
+        let (b0, b1, parent) = (unique_name("kc"), unique_name("ka"), unique_name("kp"));
+        let parent_link = Link::bridge(&parent);
+        api.put(
+            Resource::NetworkAttachmentDefinitions,
+            bridge_nad(
+                &node,
+                ("kube-system", "default-net"),
+                &b0,
+                format!("10.{net}.1.0/24"),
+                true,
+            ),
+        );
+        api.put(
+            Resource::NetworkAttachmentDefinitions,
+            bridge_nad(
+                &node,
+                ("default", "net-a"),
+                &b1,
+                format!("10.{net}.2.0/24"),
+                false,
+            ),
+        );
+        api.put(
+            Resource::NetworkAttachmentDefinitions,
+            nad(
+                "other-ns",
+                "net-b",
+                json!({"cniVersion": "1.0.0", "type": "macvlan", "master": parent, "mode": "bridge",
+                       "ipam": {"type": "host-local", "subnet": format!("10.{net}.3.0/24"),
+                                "dataDir": node.ipam_dir()}}),
+            ),
+        );
+        let token_file = node.path("token");
+        let kubeconfig = api.write_kubeconfig(
+            node.path("kubeconfig"),
+            KubeconfigUser::TokenFile(&token_file),
+        );
+        let config =
+            node.config(json!({"clusterNetwork": "default-net", "kubeconfig": kubeconfig}));
+        Cluster {
+            api,
+            node,
+            config,
+            token_file,
+            _links: vec![Link::adopt(&b0), Link::adopt(&b1), parent_link],
+        }
+    }
+
+    /// A pod in `ns` with these annotations; returns its UID.
+    pub fn pod(&self, ns: &str, name: &str, annotations: Value) -> String {
+        let pod = self.api.put(
+            Resource::Pods,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"namespace": ns, "name": name, "annotations": annotations},
+                   "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+        );
+        pod["metadata"]["uid"].as_str().unwrap().to_string()
+    }
+
+    pub fn call(
+        &self,
+        command: &str,
+        ns: &Netns,
+        pod: (&str, &str, &str),
+        cid: &str,
+    ) -> std::process::Output {
+        let netns = ns.path().display().to_string();
+        self.call_in(command, &netns, pod, cid)
+    }
+
+    pub fn call_in(
+        &self,
+        command: &str,
+        netns: &str,
+        pod: (&str, &str, &str),
+        cid: &str,
+    ) -> std::process::Output {
+        let (pns, pname, uid) = pod;
+        let args = format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={pns};K8S_POD_NAME={pname};\
+             K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID={uid}"
+        );
+        run(&CniCall {
+            command,
+            container_id: cid,
+            netns,
+            ifname: "eth0",
+            args: &args,
+            config: &self.config,
+        })
+    }
+
+    pub fn status_of(&self, ns: &str, name: &str) -> Option<Vec<Value>> {
+        let pod = self.api.get(Resource::Pods, ns, name)?;
+        let text = pod["metadata"]["annotations"][NETWORK_STATUS]
+            .as_str()?
+            .to_string();
+        Some(serde_json::from_str(&text).unwrap())
+    }
+
+    pub fn events_for(&self, ns: &str, name: &str) -> Vec<Value> {
+        self.api
+            .list(Resource::Events, Some(ns))
+            .into_iter()
+            .filter(|e| e["involvedObject"]["name"] == name)
+            .collect()
+    }
+
+    pub fn assert_nothing_left(&self, ns: &Netns, cid: &str) {
+        assert_eq!(ns.links(), ["lo"], "interfaces left");
+        assert_eq!(self.node.all_allocations(), 0, "addresses left");
+        assert!(!self.node.record(cid).exists(), "record left");
+        assert!(
+            self.node.cache_entries().is_empty(),
+            "cache entries left: {:?}",
+            self.node.cache_entries()
+        );
+    }
+}

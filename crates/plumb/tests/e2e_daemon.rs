@@ -1,0 +1,256 @@
+//! `plumb daemon` end to end: the built binary run as the runtime's plugin with a configuration
+//! that names the daemon's socket (the shim), the daemon serving the calls, Debian's reference
+//! plugins in real network namespaces and the API stand-in. Needs root (CI runs as root).
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::cluster::{Cluster, NETWORKS};
+use common::ok;
+use serde_json::json;
+use testkit::netns::Netns;
+
+/// `plumb daemon` on `socket`; killed (SIGKILL) when dropped if still running.
+struct Daemon {
+    child: Option<Child>,
+}
+
+impl Daemon {
+    fn start(socket: &Path) -> Daemon {
+        let child = Command::new(env!("CARGO_BIN_EXE_plumb"))
+            .args(["daemon", "--socket"])
+            .arg(socket)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(socket).is_err() {
+            assert!(Instant::now() < deadline, "plumb daemon did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon { child: Some(child) }
+    }
+
+    /// SIGTERM, then its exit status and what it wrote on stderr.
+    fn stop(mut self) -> (std::process::ExitStatus, String) {
+        let child = self.child.take().unwrap();
+        let pid = child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `c`'s configuration with the daemon's socket named in it.
+fn through(c: &mut Cluster, socket: &Path) {
+    c.config["plumbDaemonSocket"] = json!(socket);
+}
+
+fn socket_of(c: &Cluster) -> PathBuf {
+    c.node.path("run/plumb.sock")
+}
+
+#[test]
+fn pods_attach_through_the_daemon_on_one_connection_to_the_api_server() {
+    let mut c = Cluster::new(230);
+    let socket = socket_of(&c);
+    let daemon = Daemon::start(&socket);
+    through(&mut c, &socket);
+    let mode = fs::metadata(&socket).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600,
+        "the socket is for root only"
+    );
+
+    for (i, name) in ["web", "db"].into_iter().enumerate() {
+        let uid = c.pod(
+            "default",
+            name,
+            json!({NETWORKS: "net-a,other-ns/net-b@mv1"}),
+        );
+        let ns = Netns::new();
+        let pod = ("default", name, uid.as_str());
+        let cid = format!("d{i}");
+        let result = ok(&c.call("ADD", &ns, pod, &cid));
+        assert_eq!(
+            result["ips"][0]["address"],
+            format!("10.230.1.{}/24", i + 2)
+        );
+        assert_eq!(ns.addresses("eth0"), [format!("10.230.1.{}/24", i + 2)]);
+        assert_eq!(ns.addresses("net1"), [format!("10.230.2.{}/24", i + 2)]);
+        assert_eq!(ns.addresses("mv1"), [format!("10.230.3.{}/24", i + 2)]);
+        let status = c
+            .status_of("default", name)
+            .expect("network-status written");
+        assert_eq!(status.len(), 3, "{status:?}");
+        ok(&c.call("DEL", &ns, pod, &cid));
+        c.assert_nothing_left(&ns, &cid);
+    }
+    // Thin mode connects (and shakes hands) once per ADD; the daemon kept its connection.
+    assert_eq!(c.api.connections_accepted(), 1);
+
+    let (status, stderr) = daemon.stop();
+    assert!(status.success(), "{stderr}");
+    assert!(!socket.exists(), "a stopped daemon leaves no socket");
+}
+
+#[test]
+fn without_a_daemon_listening_the_plugin_runs_the_call_itself() {
+    let mut c = Cluster::new(231);
+    let socket = socket_of(&c);
+    through(&mut c, &socket);
+    let uid = c.pod("default", "alone", json!({NETWORKS: "net-a"}));
+    let pod = ("default", "alone", uid.as_str());
+
+    // No socket at all.
+    let ns = Netns::new();
+    ok(&c.call("ADD", &ns, pod, "n1"));
+    assert_eq!(ns.addresses("net1"), ["10.231.2.2/24"]);
+    ok(&c.call("DEL", &ns, pod, "n1"));
+    c.assert_nothing_left(&ns, "n1");
+
+    // The socket a killed daemon left behind.
+    let daemon = Daemon::start(&socket);
+    drop(daemon);
+    assert!(socket.exists());
+    let ns = Netns::new();
+    ok(&c.call("ADD", &ns, pod, "n2"));
+    // host-local hands out the address after the last one it gave.
+    assert_eq!(ns.addresses("net1"), ["10.231.2.3/24"]);
+    ok(&c.call("DEL", &ns, pod, "n2"));
+    c.assert_nothing_left(&ns, "n2");
+
+    // A daemon started again takes over the stale socket.
+    let _daemon = Daemon::start(&socket);
+    let ns = Netns::new();
+    ok(&c.call("ADD", &ns, pod, "n3"));
+    ok(&c.call("DEL", &ns, pod, "n3"));
+    c.assert_nothing_left(&ns, "n3");
+    assert_eq!(
+        c.api.connections_accepted(),
+        3,
+        "two calls in thin mode, one connection of the daemon's"
+    );
+}
+
+#[test]
+fn a_token_rotated_between_calls_is_the_one_the_daemon_sends() {
+    let mut c = Cluster::new(232);
+    let socket = socket_of(&c);
+    let _daemon = Daemon::start(&socket);
+    through(&mut c, &socket);
+    let uid = c.pod("default", "rot", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let pod = ("default", "rot", uid.as_str());
+    let old = fs::read_to_string(&c.token_file).unwrap();
+    ok(&c.call("ADD", &ns, pod, "r1"));
+    ok(&c.call("DEL", &ns, pod, "r1"));
+
+    // The service-account token rotates: the new one written, the old one revoked.
+    let new = format!("rotated-{}", std::process::id());
+    c.api.accept_token(&new);
+    c.api.revoke_token(old.trim());
+    fs::write(&c.token_file, &new).unwrap();
+    c.api.clear_requests();
+    ok(&c.call("ADD", &ns, pod, "r2"));
+    let log = c.api.requests();
+    assert!(!log.is_empty());
+    // Not one request with the old token, not one refused: the client kept from the first
+    // call was not used once its token file changed.
+    assert!(
+        log.iter()
+            .all(|r| r.bearer_token.as_deref() == Some(new.as_str()) && r.status < 400),
+        "{log:?}"
+    );
+    ok(&c.call("DEL", &ns, pod, "r2"));
+    c.assert_nothing_left(&ns, "r2");
+}
+
+#[test]
+fn pods_attached_together_through_the_daemon_each_get_their_networks() {
+    let mut c = Cluster::new(233);
+    let socket = socket_of(&c);
+    let _daemon = Daemon::start(&socket);
+    through(&mut c, &socket);
+    let pods: Vec<(String, String, Netns)> = (0..3)
+        .map(|i| {
+            let name = format!("p{i}");
+            let uid = c.pod("default", &name, json!({NETWORKS: "net-a"}));
+            (name, uid, Netns::new())
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for (i, (name, uid, ns)) in pods.iter().enumerate() {
+            let c = &c;
+            s.spawn(move || {
+                ok(&c.call("ADD", ns, ("default", name, uid), &format!("t{i}")));
+            });
+        }
+    });
+    let mut addresses: Vec<String> = pods
+        .iter()
+        .flat_map(|(_, _, ns)| ns.addresses("net1"))
+        .collect();
+    addresses.sort();
+    assert_eq!(
+        addresses,
+        ["10.233.2.2/24", "10.233.2.3/24", "10.233.2.4/24"]
+    );
+    for (i, (name, uid, ns)) in pods.iter().enumerate() {
+        ok(&c.call("DEL", ns, ("default", name, uid), &format!("t{i}")));
+        assert_eq!(ns.links(), ["lo"]);
+    }
+    assert_eq!(c.node.all_allocations(), 0);
+}
+
+#[test]
+fn a_daemon_does_not_take_a_socket_in_use_or_a_file_that_is_not_a_socket() {
+    let node = common::Node::new();
+    let socket = node.path("run/plumb.sock");
+    let first = Daemon::start(&socket);
+    let second = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["daemon", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        said.contains("another plumb daemon is serving on it"),
+        "{said}"
+    );
+    assert!(
+        std::os::unix::net::UnixStream::connect(&socket).is_ok(),
+        "the first daemon still serves"
+    );
+    drop(first);
+
+    let file = node.path("not-a-socket");
+    fs::write(&file, "keep me").unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["daemon", "--socket"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("exists and is not a socket"), "{said}");
+    assert_eq!(fs::read_to_string(&file).unwrap(), "keep me");
+}
