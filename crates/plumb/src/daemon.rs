@@ -3,7 +3,7 @@
 //! 0600, root). Each call runs exactly as in thin mode — the same configuration from the
 //! runtime's stdin, the same records, the same delegates — with one difference: the API client
 //! and its connection to the API server are kept between calls (`client_pool.rs`), so a call
-//! neither parses the kubeconfig nor makes a TCP and TLS handshake. That is most of what thin
+//! neither parses the kubeconfig nor makes a TCP and TLS handshake: nearly half of what thin
 //! mode spends of its own on an ADD (docs/performance.md).
 //!
 //! NADs and pods are still read from the API on every call (over the open connection), not from
