@@ -118,31 +118,29 @@ fn without_a_daemon_listening_the_plugin_runs_the_call_itself() {
     through(&mut c, &socket);
     let uid = c.pod("default", "alone", json!({NETWORKS: "net-a"}));
     let pod = ("default", "alone", uid.as_str());
+    // ADD then DEL of the pod as sandbox `cid`; net1's addresses while it was attached.
+    let attached = |cid: &str| {
+        let ns = Netns::new();
+        ok(&c.call("ADD", &ns, pod, cid));
+        let net1 = ns.addresses("net1");
+        ok(&c.call("DEL", &ns, pod, cid));
+        c.assert_nothing_left(&ns, cid);
+        net1
+    };
 
     // No socket at all.
-    let ns = Netns::new();
-    ok(&c.call("ADD", &ns, pod, "n1"));
-    assert_eq!(ns.addresses("net1"), ["10.231.2.2/24"]);
-    ok(&c.call("DEL", &ns, pod, "n1"));
-    c.assert_nothing_left(&ns, "n1");
+    assert_eq!(attached("n1"), ["10.231.2.2/24"]);
 
     // The socket a killed daemon left behind.
     let daemon = Daemon::start(&socket);
     drop(daemon);
     assert!(socket.exists());
-    let ns = Netns::new();
-    ok(&c.call("ADD", &ns, pod, "n2"));
     // host-local hands out the address after the last one it gave.
-    assert_eq!(ns.addresses("net1"), ["10.231.2.3/24"]);
-    ok(&c.call("DEL", &ns, pod, "n2"));
-    c.assert_nothing_left(&ns, "n2");
+    assert_eq!(attached("n2"), ["10.231.2.3/24"]);
 
     // A daemon started again takes over the stale socket.
     let _daemon = Daemon::start(&socket);
-    let ns = Netns::new();
-    ok(&c.call("ADD", &ns, pod, "n3"));
-    ok(&c.call("DEL", &ns, pod, "n3"));
-    c.assert_nothing_left(&ns, "n3");
+    assert_eq!(attached("n3"), ["10.231.2.4/24"]);
     assert_eq!(
         c.api.connections_accepted(),
         3,
@@ -159,15 +157,10 @@ fn a_token_rotated_between_calls_is_the_one_the_daemon_sends() {
     let uid = c.pod("default", "rot", json!({NETWORKS: "net-a"}));
     let ns = Netns::new();
     let pod = ("default", "rot", uid.as_str());
-    let old = fs::read_to_string(&c.token_file).unwrap();
     ok(&c.call("ADD", &ns, pod, "r1"));
     ok(&c.call("DEL", &ns, pod, "r1"));
 
-    // The service-account token rotates: the new one written, the old one revoked.
-    let new = format!("rotated-{}", std::process::id());
-    c.api.accept_token(&new);
-    c.api.revoke_token(old.trim());
-    fs::write(&c.token_file, &new).unwrap();
+    let new = c.rotate_token();
     c.api.clear_requests();
     ok(&c.call("ADD", &ns, pod, "r2"));
     let log = c.api.requests();

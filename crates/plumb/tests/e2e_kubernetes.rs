@@ -285,13 +285,8 @@ fn token_rotated_between_add_and_del() {
     let uid = c.pod("default", "rot", json!({NETWORKS: "net-a"}));
     let ns = Netns::new();
     let pod = ("default", "rot", uid.as_str());
-    let old = fs::read_to_string(&c.token_file).unwrap();
     ok(&c.call("ADD", &ns, pod, "crot"));
-    // The service-account token rotates: the new one is written, the old one revoked.
-    let new = format!("rotated-{}", std::process::id());
-    c.api.accept_token(&new);
-    c.api.revoke_token(old.trim());
-    fs::write(&c.token_file, &new).unwrap();
+    let new = c.rotate_token();
     c.api.clear_requests();
     ok(&c.call("DEL", &ns, pod, "crot"));
     c.assert_nothing_left(&ns, "crot");

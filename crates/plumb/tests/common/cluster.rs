@@ -151,6 +151,19 @@ impl Cluster {
         })
     }
 
+    /// The service-account token rotates: a new one accepted and written to the token file, the
+    /// old one revoked. The new token.
+    pub fn rotate_token(&self) -> String {
+        let old = std::fs::read_to_string(&self.token_file).unwrap();
+        static ROTATIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = ROTATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let new = format!("rotated-{}-{n}", std::process::id());
+        self.api.accept_token(&new);
+        self.api.revoke_token(old.trim());
+        std::fs::write(&self.token_file, &new).unwrap();
+        new
+    }
+
     pub fn status_of(&self, ns: &str, name: &str) -> Option<Vec<Value>> {
         let pod = self.api.get(Resource::Pods, ns, name)?;
         let text = pod["metadata"]["annotations"][NETWORK_STATUS]
