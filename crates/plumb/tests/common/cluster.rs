@@ -164,6 +164,18 @@ impl Cluster {
         new
     }
 
+    /// Every request logged since the log was cleared (at least one) was made with `token` and
+    /// was not refused.
+    pub fn assert_every_request_used(&self, token: &str) {
+        let log = self.api.requests();
+        assert!(!log.is_empty());
+        assert!(
+            log.iter()
+                .all(|r| r.bearer_token.as_deref() == Some(token) && r.status < 400),
+            "{log:?}"
+        );
+    }
+
     pub fn status_of(&self, ns: &str, name: &str) -> Option<Vec<Value>> {
         let pod = self.api.get(Resource::Pods, ns, name)?;
         let text = pod["metadata"]["annotations"][NETWORK_STATUS]
