@@ -10,8 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::cluster::{Cluster, NETWORKS};
-use common::ok;
+use common::{err, ok};
 use serde_json::json;
+use testkit::kube_api::{Fault, FaultKind};
 use testkit::netns::Netns;
 
 /// `plumb daemon` on `socket`; killed (SIGKILL) when dropped if still running.
@@ -240,4 +241,75 @@ fn a_daemon_does_not_take_a_socket_in_use_or_a_file_that_is_not_a_socket() {
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("exists and is not a socket"), "{said}");
     assert_eq!(fs::read_to_string(&file).unwrap(), "keep me");
+}
+
+#[test]
+fn a_daemon_killed_during_an_add_fails_it_with_code_11_and_the_del_undoes_it() {
+    let mut c = Cluster::new(234);
+    let socket = socket_of(&c);
+    let daemon = Daemon::start(&socket);
+    through(&mut c, &socket);
+    let uid = c.pod(
+        "default",
+        "cut",
+        json!({NETWORKS: "net-a,other-ns/net-b@mv1"}),
+    );
+    let pod = ("default", "cut", uid.as_str());
+    let ns = Netns::new();
+    // The status PATCH, after every delegate ran, answers late: the daemon dies meanwhile.
+    c.api.add_fault(
+        Fault::new(FaultKind::Latency(Duration::from_secs(3)))
+            .method("PATCH")
+            .times(1),
+    );
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(daemon);
+    });
+    let out = c.call("ADD", &ns, pod, "k1");
+    killer.join().unwrap();
+    let e = err(&out);
+    assert_eq!(e["code"], 11, "{e}");
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("may have been done in part"),
+        "{e}"
+    );
+    assert_eq!(
+        ns.links().len(),
+        4,
+        "the daemon attached everything before it died: {:?}",
+        ns.links()
+    );
+    // The runtime's DEL, with no daemon left, runs in the plugin and undoes it all.
+    ok(&c.call("DEL", &ns, pod, "k1"));
+    c.assert_nothing_left(&ns, "k1");
+}
+
+#[test]
+fn a_del_sent_while_its_add_still_runs_waits_for_it_and_undoes_it_all() {
+    let mut c = Cluster::new(235);
+    let socket = socket_of(&c);
+    let _daemon = Daemon::start(&socket);
+    through(&mut c, &socket);
+    let uid = c.pod("default", "late", json!({NETWORKS: "net-a"}));
+    let pod = ("default", "late", uid.as_str());
+    let ns = Netns::new();
+    // The ADD's pod GET answers a second late, before anything is attached. A DEL run beside it
+    // would find nothing to undo, and the ADD would then attach the pod after its DEL: a leak.
+    c.api.add_fault(
+        Fault::new(FaultKind::Latency(Duration::from_secs(1)))
+            .method("GET")
+            .path("/api/v1/namespaces/default/pods/late")
+            .times(1),
+    );
+    std::thread::scope(|s| {
+        let add = s.spawn(|| c.call("ADD", &ns, pod, "w1"));
+        std::thread::sleep(Duration::from_millis(300));
+        ok(&c.call("DEL", &ns, pod, "w1"));
+        ok(&add.join().unwrap());
+    });
+    c.assert_nothing_left(&ns, "w1");
 }
