@@ -83,11 +83,16 @@ pub fn run(args: &Args) -> Result<(), CniError> {
     let served = rt.block_on(serve(listener, Arc::clone(&shared)));
     // The socket goes first: a shim that comes now runs its call in thin mode.
     let _ = std::fs::remove_file(socket);
-    let started = std::time::Instant::now();
-    while shared.running.load(Ordering::SeqCst) > 0 && started.elapsed() < DRAIN {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let left = shared.running.load(Ordering::SeqCst);
+    // The runtime keeps running meanwhile: it writes the answers of the calls that finish.
+    let left = rt.block_on(async {
+        let started = tokio::time::Instant::now();
+        while shared.running.load(Ordering::SeqCst) > 0 && started.elapsed() < DRAIN {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // A moment for the last answers to be written.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        shared.running.load(Ordering::SeqCst)
+    });
     if left > 0 {
         eprintln!("plumb daemon: stopping with {left} calls still running");
     }

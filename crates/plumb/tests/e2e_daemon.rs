@@ -313,3 +313,34 @@ fn a_del_sent_while_its_add_still_runs_waits_for_it_and_undoes_it_all() {
     });
     c.assert_nothing_left(&ns, "w1");
 }
+
+#[test]
+fn a_daemon_stopped_during_an_add_finishes_it_and_answers() {
+    let mut c = Cluster::new(236);
+    let socket = socket_of(&c);
+    let daemon = Daemon::start(&socket);
+    through(&mut c, &socket);
+    let uid = c.pod("default", "drain", json!({NETWORKS: "net-a"}));
+    let pod = ("default", "drain", uid.as_str());
+    let ns = Netns::new();
+    // The status PATCH answers late; SIGTERM comes meanwhile.
+    c.api.add_fault(
+        Fault::new(FaultKind::Latency(Duration::from_millis(1500)))
+            .method("PATCH")
+            .times(1),
+    );
+    let stopped = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        daemon.stop()
+    });
+    let out = c.call("ADD", &ns, pod, "s1");
+    let (status, stderr) = stopped.join().unwrap();
+    let result = ok(&out);
+    assert_eq!(result["ips"][0]["address"], "10.236.1.2/24");
+    assert!(c.status_of("default", "drain").is_some(), "status written");
+    assert!(status.success(), "{stderr}");
+    assert!(!socket.exists());
+    // The DEL, with the daemon gone, runs in the plugin.
+    ok(&c.call("DEL", &ns, pod, "s1"));
+    c.assert_nothing_left(&ns, "s1");
+}
