@@ -12,7 +12,7 @@
 //! (docs/daemon.md).
 //!
 //! Calls for different containers run at the same time, each on a thread of its own; calls for
-//! the same container one after the other, in the order they came. A runtime that gave up
+//! the same container one after the other, one at a time. A runtime that gave up
 //! waiting on an ADD (and killed the shim) may send the DEL while the daemon still runs that
 //! ADD: the DEL then waits for it and undoes all of it, where in thin mode the ADD would have
 //! been killed part-way.
@@ -241,10 +241,15 @@ async fn answer(
             ));
         }
     };
-    shared.running.fetch_add(1, Ordering::SeqCst);
-    let calling = Arc::clone(&shared);
-    let ran = tokio::task::spawn_blocking(move || call(&calling, &env, &stdin)).await;
-    shared.running.fetch_sub(1, Ordering::SeqCst);
+    // Counted from here until the call itself ends, on its thread: a shim that went away (the
+    // runtime killed it) drops this future, not the call.
+    let running = Running::start(Arc::clone(&shared));
+    let ran = tokio::task::spawn_blocking(move || {
+        let out = call(&running.0, &env, &stdin);
+        drop(running);
+        out
+    })
+    .await;
     let (stdout, code) = ran.unwrap_or_else(|panicked| {
         // The engine does not panic on any input (fuzzed); should it, the runtime gets an error.
         let e = CniError::new(
@@ -258,6 +263,22 @@ async fn answer(
     r.headers_mut()
         .insert(shim::EXIT_CODE_HEADER, http::HeaderValue::from(code));
     Ok(r)
+}
+
+/// One call counted in [`Shared::running`] while this lives.
+struct Running(Arc<Shared>);
+
+impl Running {
+    fn start(shared: Arc<Shared>) -> Running {
+        shared.running.fetch_add(1, Ordering::SeqCst);
+        Running(shared)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Runs one CNI call as thin mode would, after the calls for the same container that came
