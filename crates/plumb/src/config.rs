@@ -71,9 +71,6 @@ pub struct Config {
     /// `plumbNadDir`: NetworkAttachmentDefinitions as YAML/JSON files, used instead of the API
     /// when there is no `kubeconfig` (plumb without Kubernetes).
     pub nad_dir: Option<PathBuf>,
-    /// `plumbDaemonSocket`: `plumb daemon`'s socket; the plugin then forwards each call to the
-    /// daemon, and runs it itself only when no daemon listens there (`shim.rs`).
-    pub daemon_socket: Option<PathBuf>,
     /// `plumbAttachmentEvents`: a `Normal AddedInterface` event on the pod for each attachment
     /// (failures always get a `Warning` event).
     pub attachment_events: bool,
@@ -360,6 +357,9 @@ impl Config {
             },
         };
 
+        // `plumbDaemonSocket` is acted on before the configuration is parsed (`shim.rs`, which
+        // reads nothing else); here it is only checked, so that a mistyped one is an error.
+        r.string("plumbDaemonSocket")?;
         Ok(Config {
             cni_version,
             name,
@@ -388,7 +388,6 @@ impl Config {
             state_dir: r.path("plumbStateDir", DEFAULT_STATE_DIR)?,
             attachment_events: r.bool("plumbAttachmentEvents", false)?,
             nad_dir: r.string("plumbNadDir")?.map(PathBuf::from),
-            daemon_socket: r.string("plumbDaemonSocket")?.map(PathBuf::from),
             pod_resources_socket: r.path(
                 "plumbPodResourcesSocket",
                 crate::pod_resources::DEFAULT_SOCKET,
@@ -478,6 +477,10 @@ mod tests {
                 "defaultNetworks",
             ),
             (json!({"clusterNetwork": 7}), "clusterNetwork"),
+            (
+                json!({"clusterNetwork": "x", "plumbDaemonSocket": 7}),
+                "plumbDaemonSocket",
+            ),
             (
                 json!({"clusterNetwork": "x", "cniVersion": "0.5.0"}),
                 "cniVersion",
