@@ -12,16 +12,16 @@
 //! (docs/daemon.md).
 //!
 //! Calls for different containers run at the same time, each on a thread of its own; calls for
-//! the same container one after the other, one at a time. A runtime that gave up
-//! waiting on an ADD (and killed the shim) may send the DEL while the daemon still runs that
-//! ADD: the DEL then waits for it and undoes all of it, where in thin mode the ADD would have
-//! been killed part-way.
+//! the same container one after the other, one at a time, by the container's lock, which a call
+//! in thin mode takes too (container_lock.rs). A runtime that gave up waiting on an ADD (and
+//! killed the shim) may send the DEL while the daemon still runs that ADD: the DEL then waits
+//! for it and undoes all of it, where in thin mode the ADD would have been killed part-way.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -54,8 +54,6 @@ pub struct Args {
 #[derive(Default)]
 struct Shared {
     clients: Arc<ClientPool>,
-    /// One lock per container with a call running or waiting, so that its calls run in turn.
-    containers: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     running: AtomicUsize,
     /// The uid that may call: the daemon's own (root on a node).
     uid: u32,
@@ -281,17 +279,9 @@ impl Drop for Running {
     }
 }
 
-/// Runs one CNI call as thin mode would, after the calls for the same container that came
-/// before it. Its output and exit code.
+/// Runs one CNI call as thin mode would (after the calls for the same container that came
+/// before it, in this process or another: container_lock.rs). Its output and exit code.
 fn call(shared: &Shared, env: &BTreeMap<String, String>, stdin: &[u8]) -> (Vec<u8>, i32) {
-    let container = env.get("CNI_CONTAINERID").cloned().unwrap_or_default();
-    let turn = (!container.is_empty()).then(|| {
-        let mut locks = shared.containers.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(locks.entry(container.clone()).or_default())
-    });
-    let held = turn
-        .as_ref()
-        .map(|t| t.lock().unwrap_or_else(|p| p.into_inner()));
     let plugin = Plumb {
         routes: &NetlinkRoutes,
         clients: Some(Arc::clone(&shared.clients)),
@@ -299,13 +289,5 @@ fn call(shared: &Shared, env: &BTreeMap<String, String>, stdin: &[u8]) -> (Vec<u
     let getenv = |k: &str| env.get(k).cloned();
     let mut stdout = Vec::new();
     let code = cni::skel::dispatch(&plugin, &getenv, &mut &stdin[..], &mut stdout);
-    drop(held);
-    // The container's lock goes with its last call.
-    if let Some(turn) = turn {
-        let mut locks = shared.containers.lock().unwrap_or_else(|p| p.into_inner());
-        if Arc::strong_count(&turn) == 2 {
-            locks.remove(&container);
-        }
-    }
     (stdout, code)
 }

@@ -5,6 +5,7 @@
 //!   against a network namespace, as the reference `cnitool` does.
 //! - [`config`]: plumb's configuration, Multus's keys accepted unchanged.
 //! - [`record`]: the attachment records DEL works from.
+//! - [`container_lock`]: one call at a time per container, across processes.
 //! - [`pod_args`]: which pod a CNI call is for (`K8S_POD_*` in `CNI_ARGS`).
 //! - [`plan`]: a pod's ordered attachments, computed without side effects.
 //! - [`execute`]: ADD, DEL and CHECK of those attachments, with the records.
@@ -28,6 +29,7 @@ pub mod client_pool;
 pub mod cluster;
 pub mod cnitool;
 pub mod config;
+pub mod container_lock;
 pub mod daemon;
 pub mod devices;
 pub mod execute;

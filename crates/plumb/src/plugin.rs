@@ -131,6 +131,12 @@ impl Call {
         })
     }
 
+    /// The container's turn: held from here to the end of the call, so that its calls run one
+    /// at a time whichever process runs them (thin mode, the daemon: container_lock.rs).
+    fn turn(&self, args: &CmdArgs) -> Result<crate::container_lock::Turn, CniError> {
+        crate::container_lock::take(&self.records.lock_path(&args.container_id)?)
+    }
+
     /// The API client, when plumb has a kubeconfig. A kubeconfig that cannot be used is an
     /// error the first time the API is needed.
     fn try_cluster(&self) -> Result<Option<&dyn Cluster>, CniError> {
@@ -831,6 +837,7 @@ impl Plugin for Plumb<'_> {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let start = Instant::now();
         let call = self.call(args)?;
+        let _turn = call.turn(args)?;
         let result = self.do_add(&call, args, start.elapsed()).map_err(|e| {
             let e = e.context(who(&call.pod_args, &args.container_id));
             call.log.error(&format!("ADD: {e}"));
@@ -848,15 +855,20 @@ impl Plugin for Plumb<'_> {
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let call = self.call(args)?;
+        let turn = call.turn(args)?;
         self.do_del(&call, args).map_err(|e| {
             let e = e.context(who(&call.pod_args, &args.container_id));
             call.log.error(&format!("DEL: {e}"));
             e
-        })
+        })?;
+        // Nothing is left of the container: its lock file goes too (container_lock.rs).
+        turn.end_for_good();
+        Ok(())
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let call = self.call(args)?;
+        let _turn = call.turn(args)?;
         self.executor(&call)
             .check(&call.sandbox(args))
             .map_err(|e| e.context(who(&call.pod_args, &args.container_id)))

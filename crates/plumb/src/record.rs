@@ -206,6 +206,13 @@ impl RecordStore {
         Ok(self.dir.join(format!("{container_id}.json")))
     }
 
+    /// `<dir>/<containerID>.lock`, the container's lock ([`crate::container_lock`]); the
+    /// container ID is validated so the name stays inside. Not `.json`: never listed as a record.
+    pub fn lock_path(&self, container_id: &str) -> Result<PathBuf, RecordError> {
+        cni::validate::container_id(container_id).map_err(|e| RecordError::ContainerId(e.msg))?;
+        Ok(self.dir.join(format!("{container_id}.lock")))
+    }
+
     /// Puts the record in place, durably (replacing the one there, if any).
     pub fn save(&self, record: &Record) -> Result<(), cni::CniError> {
         self.stage(record)?

@@ -344,3 +344,52 @@ fn a_daemon_stopped_during_an_add_finishes_it_and_answers() {
     ok(&c.call("DEL", &ns, pod, "s1"));
     c.assert_nothing_left(&ns, "s1");
 }
+
+#[test]
+fn a_del_run_in_the_plugin_while_the_daemon_drains_its_add_waits_for_it_and_undoes_it_all() {
+    let mut c = Cluster::new(237);
+    let socket = socket_of(&c);
+    let daemon = Daemon::start(&socket);
+    through(&mut c, &socket);
+    let uid = c.pod("default", "cross", json!({NETWORKS: "net-a"}));
+    let pod = ("default", "cross", uid.as_str());
+    let ns = Netns::new();
+    // The daemon's ADD waits on its pod GET, before anything is attached; SIGTERM comes
+    // meanwhile: the socket goes at once, the ADD is drained, and the runtime's DEL finds no
+    // daemon and runs in the plugin. Run beside the ADD, it would find nothing to undo and the
+    // ADD would attach the pod after its DEL: a leak.
+    c.api.add_fault(
+        Fault::new(FaultKind::Latency(Duration::from_millis(1500)))
+            .method("GET")
+            .path("/api/v1/namespaces/default/pods/cross")
+            .times(1),
+    );
+    std::thread::scope(|s| {
+        let add = s.spawn(|| c.call("ADD", &ns, pod, "x1"));
+        std::thread::sleep(Duration::from_millis(300));
+        let stopped = s.spawn(move || daemon.stop());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while socket.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the stopping daemon kept its socket"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let del = c.call("DEL", &ns, pod, "x1");
+        ok(&del);
+        let said = String::from_utf8_lossy(&del.stderr);
+        assert!(
+            said.contains("running the call in this process"),
+            "the DEL ran in the plugin: {said}"
+        );
+        ok(&add.join().unwrap());
+        let (status, stderr) = stopped.join().unwrap();
+        assert!(status.success(), "{stderr}");
+    });
+    c.assert_nothing_left(&ns, "x1");
+    assert!(
+        !c.node.state_dir().join("x1.lock").exists(),
+        "a DEL that undid everything removes the container's lock file"
+    );
+}

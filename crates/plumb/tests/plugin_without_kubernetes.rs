@@ -611,10 +611,10 @@ fn the_record_is_in_place_before_the_first_delegate_reads_its_configuration() {
         .collect();
     assert_eq!(networks, ["net-a", "net-b"]);
     assert_eq!(b.calls_of("ADD").len(), 1);
-    // No temporary file is left beside it.
-    assert_eq!(state_files(&node), ["c-first.json"]);
+    // No temporary file is left beside it; the container's lock file stays until its DEL.
+    assert_eq!(state_files(&node), ["c-first.json", "c-first.lock"]);
     ok(&call("DEL"));
-    assert!(!node.record("c-first").exists());
+    assert!(state_files(&node).is_empty(), "{:?}", state_files(&node));
 }
 
 #[test]
@@ -639,8 +639,8 @@ fn a_first_delegate_that_cannot_start_leaves_nothing_to_undo() {
     assert!(node.left_to_undo("c-nostart").is_empty());
     assert_eq!(
         state_files(&node),
-        ["c-nostart.json"],
-        "only the record, naming nothing"
+        ["c-nostart.json", "c-nostart.lock"],
+        "only the record, naming nothing, and the container's lock"
     );
     // Without the record (lost, or a pod added before plumb), DEL plans the same networks: the
     // one that cannot run is skipped, with a log line, rather than failing the sandbox's

@@ -1,0 +1,129 @@
+//! One CNI call at a time per container, whichever process runs it. Every ADD, DEL and CHECK
+//! holds an exclusive `flock` on `<plumbStateDir>/<containerID>.lock` from the start of its
+//! handling to its end, in thin mode and in the daemon alike: during a daemon's drain (its
+//! socket gone, new calls run in thin mode) or a restart, a call in a plugin process and one in
+//! the daemon for the same container would otherwise run side by side, and a DEL that ran
+//! beside its ADD would find nothing to undo while the ADD went on to attach the pod (a leak).
+//! Locks taken through separate `open()`s exclude each other even within one process (flock(2)),
+//! so the daemon needs no lock of its own. A lock is released by the kernel when its holder
+//! dies, so a killed call never leaves the container locked.
+//!
+//! The lock file is removed at the end of a successful DEL, while it is still held, so that the
+//! state directory does not keep a file for every sandbox the node ever ran (nothing else would
+//! remove them: GC works from the records). That opens the classic unlink race — a call that
+//! opened the file just before it was removed then locks an inode nobody else can find — so a
+//! taker checks, once it holds the lock, that the path still names the inode it locked, and
+//! starts again otherwise.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use cni::error::{CniError, ErrorCode};
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg, OFlag};
+
+/// A container's turn: its lock, held while this lives.
+#[derive(Debug)]
+pub struct Turn {
+    _lock: Flock<File>,
+    path: PathBuf,
+}
+
+/// Waits for the lock at `path` (a validated container ID's lock file) and takes it, creating
+/// its directory (0700, as the records') and the file as needed.
+pub fn take(path: &Path) -> Result<Turn, CniError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        CniError::new(
+            ErrorCode::Io,
+            format!("container lock {}: {what}: {e}", path.display()),
+        )
+    };
+    if let Some(dir) = path.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| fail("cannot create its directory", &e))?;
+    }
+    loop {
+        // O_NOFOLLOW: a symlink planted in the state directory is not followed to lock (and
+        // create) a file elsewhere.
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(OFlag::O_NOFOLLOW.bits())
+            .open(path)
+            .map_err(|e| fail("cannot open it", &e))?;
+        let lock = loop {
+            match Flock::lock(file, FlockArg::LockExclusive) {
+                Ok(lock) => break lock,
+                Err((f, Errno::EINTR)) => file = f,
+                Err((_, e)) => return Err(fail("cannot lock it", &e)),
+            }
+        };
+        let held = lock.metadata().map_err(|e| fail("cannot stat it", &e))?;
+        match fs::symlink_metadata(path) {
+            Ok(now) if (now.dev(), now.ino()) == (held.dev(), held.ino()) => {
+                return Ok(Turn {
+                    _lock: lock,
+                    path: path.to_path_buf(),
+                });
+            }
+            // Removed (or replaced) by the DEL that held it before: that inode is nobody's.
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(fail("cannot stat it", &e)),
+        }
+    }
+}
+
+impl Turn {
+    /// Ends the turn of a container that is gone (a successful DEL): its lock file is removed
+    /// while still held, so a call waiting on it starts again on a new file (see the module).
+    pub fn end_for_good(self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_second_taker_waits_for_the_first_even_when_the_file_is_removed_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/c1.lock");
+        let first = take(&path).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let waiter = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let second = take(&path).unwrap();
+                tx.send(()).unwrap();
+                second
+            })
+        };
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "the second took the lock while the first held it"
+        );
+        first.end_for_good();
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("the second got its turn");
+        let second = waiter.join().unwrap();
+        // It holds the file the path names now, not the removed one: a third must wait for it.
+        let held = second._lock.metadata().unwrap();
+        let named = fs::metadata(&path).unwrap();
+        assert_eq!((held.dev(), held.ino()), (named.dev(), named.ino()));
+        assert!(
+            Flock::lock(File::open(&path).unwrap(), FlockArg::LockExclusiveNonblock).is_err(),
+            "the path's lock is held"
+        );
+    }
+}
