@@ -18,7 +18,7 @@
 //! for it and undoes all of it, where in thin mode the ADD would have been killed part-way.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -66,21 +66,34 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         .enable_all()
         .build()
         .map_err(|e| CniError::new(ErrorCode::Internal, format!("tokio runtime: {e}")))?;
-    let uid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .map_err(|e| CniError::new(ErrorCode::Io, format!("/proc/self: {e}")))?;
+    // Before anything is made: a SIGTERM during start-up is then kept for the serving loop,
+    // which stops at once and cleans up, instead of killing the daemon with its socket bound.
+    let signals = {
+        let _in = rt.enter();
+        Signals::register()?
+    };
+    // Not the owner of /proc/self, which is root whenever the process is not dumpable.
+    let uid = nix::unistd::geteuid().as_raw();
     let shared = Arc::new(Shared {
         uid,
         ..Shared::default()
     });
     let socket = &args.socket;
+    // Held for the daemon's life, taken before the stale-socket check: two daemons started
+    // together would otherwise both find the old socket dead, both remove it and both bind,
+    // the first one's socket then unreachable (and removed by it at its end).
+    let _sole = sole_daemon(socket, uid)?;
     // Bound inside the runtime (tokio's listener needs one); not one that is refused (another
     // daemon's) is ever removed.
-    let listener = rt.block_on(async { listen(socket) })?;
+    let (listener, ours) = rt.block_on(async { listen(socket) })?;
     eprintln!("plumb daemon: serving CNI calls on {}", socket.display());
-    let served = rt.block_on(serve(listener, Arc::clone(&shared)));
-    // The socket goes first: a shim that comes now runs its call in thin mode.
-    let _ = std::fs::remove_file(socket);
+    let served = rt.block_on(serve(listener, Arc::clone(&shared), signals));
+    // The socket goes first: a shim that comes now runs its call in thin mode. Only if it is
+    // still the one this daemon bound: an operator may have removed it and started another
+    // daemon on the path by hand (without the lock, so it is no proof of anything else).
+    if std::fs::symlink_metadata(socket).is_ok_and(|m| (m.dev(), m.ino()) == ours) {
+        let _ = std::fs::remove_file(socket);
+    }
     // The runtime keeps running meanwhile: it writes the answers of the calls that finish.
     let left = rt.block_on(async {
         let started = tokio::time::Instant::now();
@@ -98,25 +111,109 @@ pub fn run(args: &Args) -> Result<(), CniError> {
     served
 }
 
-/// The listening socket at `path`, 0600 in a directory made 0700 if missing. A socket file left
-/// by a daemon that is gone is replaced; one a daemon still answers on, or any other file, is
-/// an error.
-fn listen(path: &Path) -> Result<tokio::net::UnixListener, CniError> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        CniError::new(
-            ErrorCode::Io,
-            format!("daemon socket {}: {what}: {e}", path.display()),
-        )
+/// SIGTERM and SIGINT, registered with tokio (a signal that comes before the serving loop waits
+/// for it is kept, not lost).
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn register() -> Result<Signals, CniError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let one = |kind| {
+            signal(kind).map_err(|e| CniError::new(ErrorCode::Internal, format!("signals: {e}")))
+        };
+        Ok(Signals {
+            term: one(SignalKind::terminate())?,
+            int: one(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
+fn socket_error(path: &Path, what: &str, e: &dyn std::fmt::Display) -> CniError {
+    CniError::new(
+        ErrorCode::Io,
+        format!("daemon socket {}: {what}: {e}", path.display()),
+    )
+}
+
+/// The socket's directory, made `0700` if missing. One that exists must be the daemon's own:
+/// owned by root or by the daemon's uid and writable by its owner alone, else whoever may write
+/// there can put their own socket in place of the daemon's and be sent every CNI call.
+fn socket_dir(path: &Path, uid: u32) -> Result<(), CniError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| socket_error(path, what, e);
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
     };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-        && !dir.exists()
-    {
-        std::fs::DirBuilder::new()
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| fail("cannot create its directory", &e))?;
+            .map_err(|e| fail("cannot create its directory", &e)),
+        Err(e) => Err(fail("its directory", &e)),
+        Ok(m) if m.uid() != 0 && m.uid() != uid => Err(fail(
+            &format!(
+                "its directory {} is owned by uid {}",
+                dir.display(),
+                m.uid()
+            ),
+            &format!("it must be owned by root or by uid {uid}, which runs the daemon"),
+        )),
+        Ok(m) if m.mode() & 0o022 != 0 => Err(fail(
+            &format!(
+                "its directory {} is writable by others (mode {:o})",
+                dir.display(),
+                m.mode() & 0o7777
+            ),
+            &"make it writable by its owner only (chmod go-w) or choose another directory",
+        )),
+        Ok(_) => Ok(()),
     }
+}
+
+/// The lock on `<socket>.lock`, which a daemon holds while it lives. The file is never removed
+/// (it sits in a tmpfs like /run): removing it would let a daemon that opened it just before
+/// lock an inode the next one cannot see.
+fn sole_daemon(socket: &Path, uid: u32) -> Result<nix::fcntl::Flock<std::fs::File>, CniError> {
+    socket_dir(socket, uid)?;
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".lock");
+    let lock = PathBuf::from(name);
+    let fail = |what: &str, e: &dyn std::fmt::Display| socket_error(socket, what, e);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&lock)
+        .map_err(|e| fail(&format!("cannot open {}", lock.display()), &e))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        if e == nix::errno::Errno::EWOULDBLOCK {
+            fail(
+                "another plumb daemon is serving on it (or starting)",
+                &format!("it holds {}; stop it first", lock.display()),
+            )
+        } else {
+            fail(&format!("cannot lock {}", lock.display()), &e)
+        }
+    })
+}
+
+/// The listening socket at `path`, 0600, and its (device, inode). A socket file left by a
+/// daemon that is gone is replaced; one a daemon still answers on, or any other file, is an
+/// error.
+fn listen(path: &Path) -> Result<(tokio::net::UnixListener, (u64, u64)), CniError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| socket_error(path, what, e);
     match std::fs::symlink_metadata(path) {
         Ok(m) if !m.file_type().is_socket() => {
             return Err(fail(
@@ -124,6 +221,7 @@ fn listen(path: &Path) -> Result<tokio::net::UnixListener, CniError> {
                 &"remove it or choose another path",
             ));
         }
+        // A daemon of a plumb without the lock file may still answer on it.
         Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
             Ok(_) => {
                 return Err(fail(
@@ -140,22 +238,18 @@ fn listen(path: &Path) -> Result<tokio::net::UnixListener, CniError> {
     let listener = tokio::net::UnixListener::bind(path).map_err(|e| fail("cannot listen", &e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| fail("cannot make it 0600", &e))?;
-    Ok(listener)
+    let bound = std::fs::symlink_metadata(path).map_err(|e| fail("cannot stat it", &e))?;
+    Ok((listener, (bound.dev(), bound.ino())))
 }
 
-async fn serve(listener: tokio::net::UnixListener, shared: Arc<Shared>) -> Result<(), CniError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let signals = |kind| {
-        signal(kind).map_err(|e| CniError::new(ErrorCode::Internal, format!("signals: {e}")))
-    };
-    let (mut term, mut int) = (
-        signals(SignalKind::terminate())?,
-        signals(SignalKind::interrupt())?,
-    );
+async fn serve(
+    listener: tokio::net::UnixListener,
+    shared: Arc<Shared>,
+    mut signals: Signals,
+) -> Result<(), CniError> {
     loop {
         let stream = tokio::select! {
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            () = signals.recv() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {

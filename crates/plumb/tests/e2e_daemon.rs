@@ -5,6 +5,8 @@
 mod common;
 
 use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,12 +24,17 @@ struct Daemon {
 
 impl Daemon {
     fn start(socket: &Path) -> Daemon {
-        let child = Command::new(env!("CARGO_BIN_EXE_plumb"))
-            .args(["daemon", "--socket"])
-            .arg(socket)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        Daemon::start_as(socket, None)
+    }
+
+    /// [`Daemon::start`], run as `uid` when given.
+    fn start_as(socket: &Path, uid: Option<u32>) -> Daemon {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_plumb"));
+        command.args(["daemon", "--socket"]).arg(socket);
+        if let Some(uid) = uid {
+            command.uid(uid).gid(uid);
+        }
+        let child = command.stderr(Stdio::piped()).spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::os::unix::net::UnixStream::connect(socket).is_err() {
             assert!(Instant::now() < deadline, "plumb daemon did not listen");
@@ -65,6 +72,40 @@ fn through(c: &mut Cluster, socket: &Path) {
 
 fn socket_of(c: &Cluster) -> PathBuf {
     c.node.path("run/plumb.sock")
+}
+
+/// The uid the tests run other users' processes as.
+const NOBODY: u32 = 65534;
+
+/// What `plumb daemon --socket socket` said on stderr when it refused to start, within 10 s.
+fn refused(socket: &Path) -> String {
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["daemon", "--socket"])
+        .arg(socket)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while daemon.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            daemon.kill().unwrap();
+            let out = daemon.wait_with_output().unwrap();
+            panic!(
+                "the daemon started: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = daemon.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{said}");
+    said
+}
+
+/// `path` given `mode` (to let other users in, or to open it too far).
+fn open_to_others(path: &Path, mode: u32) {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
 }
 
 #[test]
@@ -391,5 +432,62 @@ fn a_del_run_in_the_plugin_while_the_daemon_drains_its_add_waits_for_it_and_undo
     assert!(
         !c.node.state_dir().join("x1.lock").exists(),
         "a DEL that undid everything removes the container's lock file"
+    );
+}
+
+#[test]
+fn a_daemon_refuses_a_socket_directory_others_may_write_to() {
+    let node = common::Node::new();
+    for (dir, owner, mode, says) in [
+        ("open", 0, 0o777, "is writable by others (mode 777)"),
+        ("group", 0, 0o770, "is writable by others (mode 770)"),
+        ("theirs", NOBODY, 0o700, "is owned by uid 65534"),
+    ] {
+        let dir = node.path(dir);
+        fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(owner), None).unwrap();
+        open_to_others(&dir, mode);
+        let said = refused(&dir.join("plumb.sock"));
+        assert!(said.contains(says), "{said}");
+        assert!(!dir.join("plumb.sock").exists());
+    }
+}
+
+#[test]
+fn a_stopping_daemon_leaves_a_socket_that_is_not_its_own() {
+    let node = common::Node::new();
+    let socket = node.path("run/plumb.sock");
+    let daemon = Daemon::start(&socket);
+    // Someone removed the daemon's socket and listens on the path now.
+    fs::remove_file(&socket).unwrap();
+    let _theirs = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let (status, stderr) = daemon.stop();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        std::os::unix::net::UnixStream::connect(&socket).is_ok(),
+        "the stopping daemon removed a socket it had not bound"
+    );
+}
+
+#[test]
+fn a_daemon_that_finds_another_starting_leaves_the_old_socket_alone() {
+    let node = common::Node::new();
+    let socket = node.path("run/plumb.sock");
+    fs::create_dir(node.path("run")).unwrap();
+    // A socket left by a daemon that is gone.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let stale = fs::metadata(&socket).unwrap().ino();
+    // Another daemon is starting: it holds the lock beside the socket.
+    let lock = fs::File::create(node.path("run/plumb.sock.lock")).unwrap();
+    let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let said = refused(&socket);
+    assert!(
+        said.contains("another plumb daemon is serving on it"),
+        "{said}"
+    );
+    assert_eq!(
+        fs::metadata(&socket).unwrap().ino(),
+        stale,
+        "the old socket is the starting daemon's to replace"
     );
 }
