@@ -11,6 +11,9 @@
 //! lost part-way is an error (code 11, the runtime tries again), never a second attempt here
 //! that could run beside the daemon's.
 //!
+//! The shim talks only to a daemon run by root or by its own user (`SO_PEERCRED`); a daemon
+//! too busy to accept (its listen backlog full) fails the call with code 11, to be tried again.
+//!
 //! The protocol, HTTP/1.1 over the unix socket (so that `curl --unix-socket` can talk to it):
 //! `POST /cni`, the body one line of JSON with the `CNI_*` variables, a newline, then the
 //! runtime's stdin as it came; the answer's body is what the plugin prints, its exit code in the
@@ -105,6 +108,17 @@ pub fn forward(
                     socket.display()
                 )));
             }
+            // A unix socket's listen backlog full: the daemon is there, busy (connect(2)).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(CniError::new(
+                    ErrorCode::TryAgainLater,
+                    format!(
+                        "plumb daemon at {}: too busy to take the call (its listen backlog is \
+                         full: {e}); try again later",
+                        socket.display()
+                    ),
+                ));
+            }
             Err(e) => {
                 return Err(CniError::new(
                     ErrorCode::Io,
@@ -112,6 +126,7 @@ pub fn forward(
                 ));
             }
         };
+        trusted(socket, &stream)?;
         let (mut sender, connection) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
                 .await
@@ -149,6 +164,34 @@ pub fn forward(
             )),
         }
     })
+}
+
+/// Whether the process listening on `socket` may be sent the call: it runs as root or as this
+/// plugin's own user. Whoever else listens there (the socket's directory left writable, a
+/// daemon started by the wrong user) would be handed the pod's configuration and would answer
+/// for its networks.
+fn trusted(socket: &Path, stream: &tokio::net::UnixStream) -> Result<(), CniError> {
+    let own = nix::unistd::geteuid().as_raw();
+    let untrusted = |what: String| {
+        CniError::new(
+            ErrorCode::Io,
+            format!(
+                "plumb daemon at {}: {what}; only a daemon run by root or uid {own} is sent \
+                 calls: check who started it and who may write to the socket's directory",
+                socket.display()
+            ),
+        )
+    };
+    match stream.peer_cred() {
+        Ok(peer) if peer.uid() == 0 || peer.uid() == own => Ok(()),
+        Ok(peer) => Err(untrusted(format!(
+            "the process listening runs as uid {}",
+            peer.uid()
+        ))),
+        Err(e) => Err(untrusted(format!(
+            "cannot tell who listens (SO_PEERCRED): {e}"
+        ))),
+    }
 }
 
 /// Whether a failed connect means that no daemon is there (rather than one that cannot be

@@ -436,6 +436,31 @@ fn a_del_run_in_the_plugin_while_the_daemon_drains_its_add_waits_for_it_and_undo
 }
 
 #[test]
+fn the_plugin_does_not_send_its_call_to_a_daemon_run_by_another_user() {
+    let mut c = Cluster::new(238);
+    // A daemon started by an unprivileged user, on a socket in a directory it owns.
+    open_to_others(c.node.dir.path(), 0o711);
+    let dir = c.node.path("theirs");
+    fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).unwrap();
+    let socket = dir.join("plumb.sock");
+    let _daemon = Daemon::start_as(&socket, Some(NOBODY));
+    through(&mut c, &socket);
+    let uid = c.pod("default", "wary", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let e = err(&c.call("ADD", &ns, ("default", "wary", uid.as_str()), "u1"));
+    assert_eq!(e["code"], 5, "{e}");
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains(&socket.display().to_string()) && msg.contains("runs as uid 65534"),
+        "{e}"
+    );
+    // Refused, not run here instead: nothing attached.
+    assert_eq!(ns.links(), ["lo"]);
+    assert!(!c.node.record("u1").exists());
+}
+
+#[test]
 fn a_daemon_refuses_a_socket_directory_others_may_write_to() {
     let node = common::Node::new();
     for (dir, owner, mode, says) in [
