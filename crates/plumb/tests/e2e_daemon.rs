@@ -5,6 +5,7 @@
 mod common;
 
 use std::fs;
+use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -76,6 +77,32 @@ fn socket_of(c: &Cluster) -> PathBuf {
 
 /// The uid the tests run other users' processes as.
 const NOBODY: u32 = 65534;
+
+/// One HTTP/1.1 request to the daemon, as curl --unix-socket would send it: its status and
+/// body.
+fn http(socket: &Path, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: plumb\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer.split_once("\r\n\r\n").unwrap().1.to_string();
+    (status, body)
+}
+
+/// The daemon's health answer.
+fn healthz(socket: &Path) -> String {
+    let (status, body) = http(socket, "GET", "/healthz", b"");
+    assert_eq!(status, 200, "{body}");
+    body
+}
 
 /// What `plumb daemon --socket socket` said on stderr when it refused to start, within 10 s.
 fn refused(socket: &Path) -> String {
@@ -461,6 +488,63 @@ fn the_plugin_does_not_send_its_call_to_a_daemon_run_by_another_user() {
 }
 
 #[test]
+fn the_daemon_answers_403_to_another_user_even_on_a_socket_opened_to_all() {
+    let node = common::Node::new();
+    let socket = node.path("run/plumb.sock");
+    let _daemon = Daemon::start(&socket);
+    // An operator's mistake: the socket and its directory opened to everyone.
+    open_to_others(node.dir.path(), 0o711);
+    open_to_others(&node.path("run"), 0o755);
+    open_to_others(&socket, 0o666);
+    let config = node.config(json!({"plumbDaemonSocket": socket}));
+    // The plugin, run by an unprivileged user, as the runtime would run it.
+    let mut shim = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .env_clear()
+        .env("CNI_COMMAND", "ADD")
+        .env("CNI_CONTAINERID", "n403")
+        .env("CNI_NETNS", "/var/run/netns/none")
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", common::PLUGINS)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    shim.stdin
+        .take()
+        .unwrap()
+        .write_all(config.to_string().as_bytes())
+        .unwrap();
+    let e = err(&shim.wait_with_output().unwrap());
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("403") && msg.contains("only uid 0 or root may call plumb"),
+        "{e}"
+    );
+    assert!(!node.record("n403").exists());
+}
+
+#[test]
+fn a_request_with_a_variable_that_is_not_cni_is_refused_and_says_which() {
+    let node = common::Node::new();
+    let socket = node.path("run/plumb.sock");
+    let _daemon = Daemon::start(&socket);
+    let (status, body) = http(
+        &socket,
+        "POST",
+        "/cni",
+        b"{\"CNI_COMMAND\":\"VERSION\",\"LD_PRELOAD\":\"/tmp/x.so\"}\n{}",
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("\"LD_PRELOAD\" is not a CNI_ variable"),
+        "{body}"
+    );
+}
+
+#[test]
 fn a_daemon_refuses_a_socket_directory_others_may_write_to() {
     let node = common::Node::new();
     for (dir, owner, mode, says) in [
@@ -515,4 +599,59 @@ fn a_daemon_that_finds_another_starting_leaves_the_old_socket_alone() {
         stale,
         "the old socket is the starting daemon's to replace"
     );
+}
+
+#[test]
+fn a_call_whose_plugin_was_killed_counts_as_running_until_it_ends() {
+    let mut c = Cluster::new(239);
+    let socket = socket_of(&c);
+    let _daemon = Daemon::start(&socket);
+    through(&mut c, &socket);
+    let uid = c.pod("default", "gone", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    // The ADD's status PATCH answers 2 s late; the runtime kills the plugin meanwhile.
+    c.api.add_fault(
+        Fault::new(FaultKind::Latency(Duration::from_secs(2)))
+            .method("PATCH")
+            .times(1),
+    );
+    let args = format!(
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=gone;\
+         K8S_POD_INFRA_CONTAINER_ID=g1;K8S_POD_UID={uid}"
+    );
+    let mut shim = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .env_clear()
+        .env("CNI_COMMAND", "ADD")
+        .env("CNI_CONTAINERID", "g1")
+        .env("CNI_NETNS", ns.path())
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_ARGS", &args)
+        .env("CNI_PATH", common::PLUGINS)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    shim.stdin
+        .take()
+        .unwrap()
+        .write_all(c.config.to_string().as_bytes())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    shim.kill().unwrap();
+    shim.wait().unwrap();
+    assert!(
+        healthz(&socket).starts_with("ok: 1 calls running"),
+        "{}",
+        healthz(&socket)
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !healthz(&socket).starts_with("ok: 0 calls running") {
+        assert!(Instant::now() < deadline, "{}", healthz(&socket));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The call was finished, not cut: the DEL undoes all of it.
+    assert!(c.status_of("default", "gone").is_some());
+    ok(&c.call("DEL", &ns, ("default", "gone", uid.as_str()), "g1"));
+    c.assert_nothing_left(&ns, "g1");
 }
