@@ -655,3 +655,37 @@ fn a_call_whose_plugin_was_killed_counts_as_running_until_it_ends() {
     ok(&c.call("DEL", &ns, ("default", "gone", uid.as_str()), "g1"));
     c.assert_nothing_left(&ns, "g1");
 }
+
+#[test]
+fn a_daemon_too_busy_to_take_the_connection_fails_the_call_with_code_11() {
+    let node = common::Node::new();
+    let socket = node.path("plumb.sock");
+    // A listener whose backlog (0) one connection fills, and that never accepts: as a daemon
+    // swamped with calls looks to the next plugin.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let _listener = rt.block_on(async {
+        let s = tokio::net::UnixSocket::new_stream().unwrap();
+        s.bind(&socket).unwrap();
+        s.listen(0).unwrap()
+    });
+    let _queued = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let config = node.config(json!({"plumbDaemonSocket": socket}));
+    let out = common::run(&common::CniCall {
+        command: "ADD",
+        container_id: "busy1",
+        netns: "/var/run/netns/none",
+        ifname: "eth0",
+        args: "",
+        config: &config,
+    });
+    let e = err(&out);
+    assert_eq!(e["code"], 11, "{e}");
+    assert!(
+        e["msg"].as_str().unwrap().contains("try again later"),
+        "{e}"
+    );
+    assert!(!node.record("busy1").exists());
+}
