@@ -32,8 +32,10 @@ pub struct Turn {
 }
 
 /// Waits for the lock at `path` (a validated container ID's lock file) and takes it, creating
-/// its directory (0700, as the records') and the file as needed.
-pub fn take(path: &Path) -> Result<Turn, CniError> {
+/// its directory (0700, as the records') and the file as needed. `waiting` is called once if
+/// another call holds it (to log why this one waits).
+pub fn take(path: &Path, waiting: impl FnOnce()) -> Result<Turn, CniError> {
+    let mut waiting = Some(waiting);
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         CniError::new(
             ErrorCode::Io,
@@ -58,9 +60,16 @@ pub fn take(path: &Path) -> Result<Turn, CniError> {
             .custom_flags(OFlag::O_NOFOLLOW.bits())
             .open(path)
             .map_err(|e| fail("cannot open it", &e))?;
+        let mut how = FlockArg::LockExclusiveNonblock;
         let lock = loop {
-            match Flock::lock(file, FlockArg::LockExclusive) {
+            match Flock::lock(file, how) {
                 Ok(lock) => break lock,
+                Err((f, Errno::EWOULDBLOCK)) if how == FlockArg::LockExclusiveNonblock => {
+                    if let Some(waiting) = waiting.take() {
+                        waiting();
+                    }
+                    (file, how) = (f, FlockArg::LockExclusive);
+                }
                 Err((f, Errno::EINTR)) => file = f,
                 Err((_, e)) => return Err(fail("cannot lock it", &e)),
             }
@@ -99,23 +108,24 @@ mod tests {
     fn a_second_taker_waits_for_the_first_even_when_the_file_is_removed_meanwhile() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state/c1.lock");
-        let first = take(&path).unwrap();
+        let first = take(&path, || panic!("nobody holds it")).unwrap();
         let (tx, rx) = mpsc::channel();
         let waiter = {
             let path = path.clone();
+            let waited = tx.clone();
             std::thread::spawn(move || {
-                let second = take(&path).unwrap();
-                tx.send(()).unwrap();
+                let second = take(&path, move || waited.send("waits").unwrap()).unwrap();
+                tx.send("took it").unwrap();
                 second
             })
         };
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok("waits"));
         assert!(
             rx.recv_timeout(Duration::from_millis(300)).is_err(),
             "the second took the lock while the first held it"
         );
         first.end_for_good();
-        rx.recv_timeout(Duration::from_secs(5))
-            .expect("the second got its turn");
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok("took it"));
         let second = waiter.join().unwrap();
         // It holds the file the path names now, not the removed one: a third must wait for it.
         let held = second._lock.metadata().unwrap();

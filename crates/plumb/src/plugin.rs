@@ -134,7 +134,14 @@ impl Call {
     /// The container's turn: held from here to the end of the call, so that its calls run one
     /// at a time whichever process runs them (thin mode, the daemon: container_lock.rs).
     fn turn(&self, args: &CmdArgs) -> Result<crate::container_lock::Turn, CniError> {
-        crate::container_lock::take(&self.records.lock_path(&args.container_id)?)
+        let path = self.records.lock_path(&args.container_id)?;
+        crate::container_lock::take(&path, || {
+            self.log.verbose(&format!(
+                "container {}: another call for it is running (it holds {}): waiting for it to end",
+                args.container_id,
+                path.display()
+            ));
+        })
     }
 
     /// The API client, when plumb has a kubeconfig. A kubeconfig that cannot be used is an

@@ -451,6 +451,10 @@ fn a_del_run_in_the_plugin_while_the_daemon_drains_its_add_waits_for_it_and_undo
             said.contains("running the call in this process"),
             "the DEL ran in the plugin: {said}"
         );
+        assert!(
+            said.contains("another call for it is running") && said.contains("x1.lock"),
+            "the DEL waited for the ADD: {said}"
+        );
         ok(&add.join().unwrap());
         let (status, stderr) = stopped.join().unwrap();
         assert!(status.success(), "{stderr}");
