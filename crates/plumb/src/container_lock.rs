@@ -36,6 +36,27 @@ pub struct Turn {
 /// another call holds it (to log why this one waits).
 pub fn take(path: &Path, waiting: impl FnOnce()) -> Result<Turn, CniError> {
     let mut waiting = Some(waiting);
+    loop {
+        if let Some(turn) = acquire(path, FlockArg::LockExclusiveNonblock)? {
+            return Ok(turn);
+        }
+        if let Some(waiting) = waiting.take() {
+            waiting();
+        }
+        if let Some(turn) = acquire(path, FlockArg::LockExclusive)? {
+            return Ok(turn);
+        }
+    }
+}
+
+/// The lock at `path` if nobody holds it, else `None` at once (GC: a container with a call
+/// running is not stale).
+pub fn try_take(path: &Path) -> Result<Option<Turn>, CniError> {
+    acquire(path, FlockArg::LockExclusiveNonblock)
+}
+
+/// The lock at `path` taken `how`; `None` when a non-blocking `how` finds it held.
+fn acquire(path: &Path, how: FlockArg) -> Result<Option<Turn>, CniError> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         CniError::new(
             ErrorCode::Io,
@@ -60,16 +81,10 @@ pub fn take(path: &Path, waiting: impl FnOnce()) -> Result<Turn, CniError> {
             .custom_flags(OFlag::O_NOFOLLOW.bits())
             .open(path)
             .map_err(|e| fail("cannot open it", &e))?;
-        let mut how = FlockArg::LockExclusiveNonblock;
         let lock = loop {
             match Flock::lock(file, how) {
                 Ok(lock) => break lock,
-                Err((f, Errno::EWOULDBLOCK)) if how == FlockArg::LockExclusiveNonblock => {
-                    if let Some(waiting) = waiting.take() {
-                        waiting();
-                    }
-                    (file, how) = (f, FlockArg::LockExclusive);
-                }
+                Err((_, Errno::EWOULDBLOCK)) => return Ok(None),
                 Err((f, Errno::EINTR)) => file = f,
                 Err((_, e)) => return Err(fail("cannot lock it", &e)),
             }
@@ -77,10 +92,10 @@ pub fn take(path: &Path, waiting: impl FnOnce()) -> Result<Turn, CniError> {
         let held = lock.metadata().map_err(|e| fail("cannot stat it", &e))?;
         match fs::symlink_metadata(path) {
             Ok(now) if (now.dev(), now.ino()) == (held.dev(), held.ino()) => {
-                return Ok(Turn {
+                return Ok(Some(Turn {
                     _lock: lock,
                     path: path.to_path_buf(),
-                });
+                }));
             }
             // Removed (or replaced) by the DEL that held it before: that inode is nobody's.
             Ok(_) => {}

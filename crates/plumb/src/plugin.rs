@@ -715,6 +715,7 @@ impl Plumb<'_> {
         // Every failure is reported, and none stops the rest (CNI spec: GC continues).
         let mut errors = ErrorList::default();
         let mut attached_by_hand = Vec::new();
+        let mut busy = Vec::new();
         match call.records.list() {
             Ok(ids) => {
                 for id in ids.iter().filter(|id| !live.contains(id.as_str())) {
@@ -730,18 +731,42 @@ impl Plumb<'_> {
                         attached_by_hand.push(id.clone());
                         continue;
                     }
+                    // A call still running for it (its lock held) says it is not gone, or
+                    // not yet: left alone, its attachments kept as live, for the next GC.
+                    let turn = match call
+                        .records
+                        .lock_path(id)
+                        .map_err(CniError::from)
+                        .and_then(|path| crate::container_lock::try_take(&path))
+                    {
+                        Ok(Some(turn)) => turn,
+                        Ok(None) => {
+                            call.log.verbose(&format!(
+                                "GC: {id} has a call running; left to the next GC"
+                            ));
+                            busy.push(id.clone());
+                            continue;
+                        }
+                        Err(e) => {
+                            errors.push(e.context(format!("GC of stale container {id}")));
+                            busy.push(id.clone());
+                            continue;
+                        }
+                    };
                     let stale = Sandbox {
                         container_id: id.clone(),
                         ..Sandbox::default()
                     };
-                    if let Err(e) = exec.del(&stale, "") {
-                        errors.push(e.context(format!("GC of stale container {id}")));
+                    match exec.del(&stale, "") {
+                        Ok(_) => turn.end_for_good(),
+                        Err(e) => errors.push(e.context(format!("GC of stale container {id}"))),
                     }
                 }
             }
             Err(e) => errors.push(e.into()),
         }
         live.extend(attached_by_hand);
+        live.extend(busy);
         // Temporary files of writers killed between writing and renaming (a record's, a cached
         // result's, a device-info file's): nothing else would ever remove them.
         let device_info_dir = call.device_info.cni_dir();

@@ -366,6 +366,10 @@ fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
         "the stale sandbox's addresses are released"
     );
     assert!(!p.node.record("c-stale").exists());
+    assert!(
+        !p.node.state_dir().join("c-stale.lock").exists(),
+        "the stale sandbox's lock file is removed with its record"
+    );
     assert!(p.node.record("c-live").exists());
     assert!(
         killed.iter().all(|f| !f.exists()),
@@ -860,4 +864,38 @@ fn a_log_file_that_cannot_be_opened_never_fails_the_call() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+#[test]
+fn gc_leaves_a_sandbox_with_a_call_running_to_the_next_gc() {
+    let p = pod(two_bridges(43, 44));
+    let mut config = p.config.clone();
+    config["cniVersion"] = json!("1.1.0");
+    let p = Pod { config, ..p };
+    ok(&p.call("ADD", "c-busy"));
+    assert_eq!(p.node.all_allocations(), 2);
+    let mut gc = p.config.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    // A call for the sandbox still runs (a DEL the runtime sent before its GC, say): it holds
+    // the sandbox's lock. GC must neither run beside it nor count its addresses as stale.
+    let lock = p.node.state_dir().join("c-busy.lock");
+    let held = nix::fcntl::Flock::lock(
+        std::fs::File::open(&lock).unwrap(),
+        nix::fcntl::FlockArg::LockExclusive,
+    )
+    .unwrap();
+    let out = run_node_wide("GC", &gc);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    ok(&out);
+    assert!(
+        stderr.contains("GC: c-busy has a call running; left to the next GC"),
+        "{stderr}"
+    );
+    assert_eq!(p.node.all_allocations(), 2, "its addresses were released");
+    assert!(p.node.record("c-busy").exists());
+    drop(held);
+    ok(&run_node_wide("GC", &gc));
+    assert_eq!(p.node.all_allocations(), 0);
+    assert!(!p.node.record("c-busy").exists());
+    assert!(!lock.exists());
 }
