@@ -24,6 +24,8 @@ use cni::error::{CniError, ErrorCode};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg, OFlag};
 
+use crate::record::RecordStore;
+
 /// A container's turn: its lock, held while this lives.
 #[derive(Debug)]
 pub struct Turn {
@@ -103,6 +105,28 @@ fn acquire(path: &Path, how: FlockArg) -> Result<Option<Turn>, CniError> {
             Err(e) => return Err(fail("cannot stat it", &e)),
         }
     }
+}
+
+/// Removes the lock files of containers that have no record and no call running (GC): a DEL
+/// killed between removing the record and removing the lock file leaves one, and nothing else
+/// would. Whether a record exists is asked with the lock held, so an ADD cannot write one
+/// meanwhile. Returns the files removed.
+pub fn sweep_orphans(records: &RecordStore) -> Result<Vec<PathBuf>, CniError> {
+    let mut removed = Vec::new();
+    for id in records.locked_ids()? {
+        let path = records.lock_path(&id)?;
+        let Some(turn) = try_take(&path)? else {
+            continue;
+        };
+        match fs::symlink_metadata(records.path(&id)?) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                turn.end_for_good();
+                removed.push(path);
+            }
+            _ => {}
+        }
+    }
+    Ok(removed)
 }
 
 impl Turn {

@@ -767,6 +767,17 @@ impl Plumb<'_> {
         }
         live.extend(attached_by_hand);
         live.extend(busy);
+        match crate::container_lock::sweep_orphans(&call.records) {
+            Ok(removed) => {
+                for f in removed {
+                    call.log.verbose(&format!(
+                        "GC: removed {}, the lock file of a container with no record",
+                        f.display()
+                    ));
+                }
+            }
+            Err(e) => errors.push(e.context("GC")),
+        }
         // Temporary files of writers killed between writing and renaming (a record's, a cached
         // result's, a device-info file's): nothing else would ever remove them.
         let device_info_dir = call.device_info.cni_dir();

@@ -289,6 +289,16 @@ impl RecordStore {
 
     /// The container IDs that have a record (none when the directory does not exist yet).
     pub fn list(&self) -> Result<Vec<String>, RecordError> {
+        self.ids_with_suffix(".json")
+    }
+
+    /// The container IDs that have a lock file ([`crate::container_lock`]), with or without a
+    /// record (none when the directory does not exist yet).
+    pub fn locked_ids(&self) -> Result<Vec<String>, RecordError> {
+        self.ids_with_suffix(".lock")
+    }
+
+    fn ids_with_suffix(&self, suffix: &str) -> Result<Vec<String>, RecordError> {
         let entries = match fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -301,7 +311,7 @@ impl RecordStore {
         };
         let mut ids: Vec<String> = entries
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter_map(|n| n.strip_suffix(".json").map(str::to_string))
+            .filter_map(|n| n.strip_suffix(suffix).map(str::to_string))
             .filter(|id| cni::validate::container_id(id).is_ok())
             .collect();
         ids.sort();

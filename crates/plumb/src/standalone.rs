@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use crate::cluster::KubeCluster;
 use crate::cnitool::{derived_container_id, netns_path};
 use crate::config::Config;
+use crate::container_lock::{self, Turn};
 use crate::execute::{Executor, Sandbox};
 use crate::networks::NodeNetworks;
 use crate::objects::{self, FileNetworks};
@@ -170,6 +171,21 @@ impl LocalNode {
         }
     }
 
+    /// The sandbox's turn, as the CNI plugin takes it (container_lock.rs): an `attach` and a
+    /// `detach` of one namespace, or either and a runtime's call for the same container ID, run
+    /// one at a time.
+    fn turn(&self, sandbox: &Sandbox) -> Result<Turn, CniError> {
+        let path = self.records.lock_path(&sandbox.container_id)?;
+        container_lock::take(&path, || {
+            eprintln!(
+                "plumb: another call for container {} is running (it holds {}): waiting for it \
+                 to end",
+                sandbox.container_id,
+                path.display()
+            );
+        })
+    }
+
     fn executor(&self) -> Executor<'_> {
         Executor {
             cni: &self.cni,
@@ -229,14 +245,20 @@ pub fn attach(a: &AttachArgs, out: &mut dyn Write) -> Result<(), CniError> {
     }
     let node = LocalNode::new(&config);
     let sandbox = sandbox_for(&netns, a.container_id.as_deref());
+    let turn = node.turn(&sandbox)?;
     let exec = node.executor();
-    let added = exec
-        .add(&sandbox, Some(&pod), &plan.attachments)
-        .inspect_err(|_| {
+    let added = match exec.add(&sandbox, Some(&pod), &plan.attachments) {
+        Ok(added) => added,
+        Err(e) => {
             // No runtime follows a failed attach with DEL: `detach` then says nothing is
-            // attached, as it is.
+            // attached, as it is, and nothing of the sandbox is left, its lock file included.
             exec.forget_if_nothing_left(&sandbox.container_id);
-        })?;
+            if matches!(node.records.load(&sandbox.container_id), Ok(None)) {
+                turn.end_for_good();
+            }
+            return Err(e);
+        }
+    };
     let status: Value = serde_json::from_str(&network_status(&added))
         .map_err(|e| CniError::new(ErrorCode::Internal, e.to_string()))?;
     writeln!(
@@ -253,7 +275,11 @@ pub fn detach(a: &DetachArgs) -> Result<(), CniError> {
     let netns = netns_path(&a.netns)?;
     let node = LocalNode::new(&config);
     let sandbox = sandbox_for(&netns, a.container_id.as_deref());
-    if node.executor().del(&sandbox, &netns)? {
+    let turn = node.turn(&sandbox)?;
+    let attached = node.executor().del(&sandbox, &netns)?;
+    // Nothing of the sandbox is left (or ever was): its lock file goes too.
+    turn.end_for_good();
+    if attached {
         Ok(())
     } else {
         Err(CniError::new(

@@ -355,6 +355,18 @@ fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
 
     let writing_device_info = device_info.join("cni/.ns-sriov-net-c-new_net1.tmp4343-0");
     std::fs::write(&writing_device_info, "{").unwrap();
+    // A lock file with no record: a DEL killed between removing the record and its lock file
+    // leaves one, and GC removes it; one that a call holds (an ADD that has not staged its
+    // record yet) stays.
+    let orphan_lock = p.node.state_dir().join("c-killed.lock");
+    std::fs::write(&orphan_lock, "").unwrap();
+    let starting_lock = p.node.state_dir().join("c-starting.lock");
+    std::fs::write(&starting_lock, "").unwrap();
+    let starting = nix::fcntl::Flock::lock(
+        std::fs::File::open(&starting_lock).unwrap(),
+        nix::fcntl::FlockArg::LockExclusive,
+    )
+    .unwrap();
 
     let mut gc = p.config.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "c-live", "ifname": "eth0"}]);
@@ -371,6 +383,16 @@ fn gc_deletes_the_sandboxes_the_runtime_no_longer_has() {
         "the stale sandbox's lock file is removed with its record"
     );
     assert!(p.node.record("c-live").exists());
+    assert!(
+        p.node.state_dir().join("c-live.lock").exists(),
+        "a live sandbox's lock file was removed"
+    );
+    assert!(!orphan_lock.exists(), "a lock file with no record was left");
+    assert!(
+        starting_lock.exists(),
+        "a lock file a call holds was removed"
+    );
+    drop(starting);
     assert!(
         killed.iter().all(|f| !f.exists()),
         "old temporary files left"

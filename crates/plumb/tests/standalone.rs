@@ -346,3 +346,76 @@ fn attach_refuses_a_device_backed_network_it_cannot_give_a_device() {
     assert_eq!(ns.links(), ["lo"]);
     assert_eq!(node.all_allocations(), 0);
 }
+
+#[test]
+fn detach_waits_for_another_call_of_its_container_and_leaves_nothing_after() {
+    // `plumb attach`/`detach` take the container's lock as the CNI plugin does: a detach
+    // started while another call for the container runs waits for it, then undoes it all and
+    // removes the lock file with the record.
+    testkit::netns::require_root();
+    let node = Node::new();
+    let (b0, b1, parent) = (unique_name("sd"), unique_name("sb"), unique_name("sp"));
+    let _links = [Link::adopt(&b0), Link::adopt(&b1), Link::bridge(&parent)];
+    write_nads(&node.path("nads"), &b1, &parent, &node.ipam_dir());
+    let config = node.config(json!({"delegates": [node.bridge("default-net", &b0, 3)]}));
+    let config_file = node.path("plumb.conf");
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    let ns = Netns::new();
+    let id = ["--container-id", "c-by-hand"];
+    let nads = node.path("nads");
+    let mut attach = vec![
+        "attach",
+        "--netns",
+        ns.name(),
+        "--networks",
+        "br",
+        "--nads",
+        s(&nads),
+        "--config",
+        s(&config_file),
+    ];
+    attach.extend(id);
+    ok(&plumb(&attach));
+    let lock = node.state_dir().join("c-by-hand.lock");
+    let held = nix::fcntl::Flock::lock(
+        std::fs::File::open(&lock).unwrap(),
+        nix::fcntl::FlockArg::LockExclusive,
+    )
+    .unwrap();
+    let mut detach = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["detach", "--netns", ns.name(), "--config", s(&config_file)])
+        .args(id)
+        .env("CNI_PATH", common::PLUGINS)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        detach.try_wait().unwrap().is_none(),
+        "detach ran beside the call holding the container's lock"
+    );
+    assert_eq!(
+        ns.links(),
+        ["lo", "eth0", "net1"],
+        "detach undid part of it"
+    );
+    drop(held);
+    let out = detach.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("waiting for it to end"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(ns.links(), ["lo"]);
+    assert_eq!(node.all_allocations(), 0);
+    let left: Vec<_> = std::fs::read_dir(node.state_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left in the state directory: {left:?}");
+}
