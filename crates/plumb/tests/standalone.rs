@@ -95,17 +95,48 @@ fn write_nads(dir: &Path, bridge: &str, parent: &str, ipam: &Path) {
     std::fs::write(dir.join("nads.json"), list.to_string()).unwrap();
 }
 
+/// A node and a netns for `plumb attach`: the default network a bridge (subnet
+/// `10.219.<default_subnet>.0/24`), the NADs of [`write_nads`] in `nads/`, the configuration in
+/// `plumb.conf`. Bind `_links` when taking it apart: its links are deleted when it drops.
+struct Attachable {
+    node: Node,
+    b1: String,
+    _links: [Link; 3],
+    config_file: PathBuf,
+    ns: Netns,
+}
+
+impl Attachable {
+    fn new(default_subnet: u8) -> Attachable {
+        testkit::netns::require_root();
+        let node = Node::new();
+        let (b0, b1, parent) = (unique_name("sd"), unique_name("sb"), unique_name("sp"));
+        let links = [Link::adopt(&b0), Link::adopt(&b1), Link::bridge(&parent)];
+        write_nads(&node.path("nads"), &b1, &parent, &node.ipam_dir());
+        let config =
+            node.config(json!({"delegates": [node.bridge("default-net", &b0, default_subnet)]}));
+        let config_file = node.path("plumb.conf");
+        std::fs::write(&config_file, config.to_string()).unwrap();
+        Attachable {
+            node,
+            b1,
+            _links: links,
+            config_file,
+            ns: Netns::new(),
+        }
+    }
+}
+
 #[test]
 fn attach_and_detach_with_nads_from_files() {
-    testkit::netns::require_root();
-    let node = Node::new();
-    let (b0, b1, parent) = (unique_name("sd"), unique_name("sb"), unique_name("sp"));
-    let _links = [Link::adopt(&b0), Link::adopt(&b1), Link::bridge(&parent)];
-    write_nads(&node.path("nads"), &b1, &parent, &node.ipam_dir());
-    let config = node.config(json!({"delegates": [node.bridge("default-net", &b0, 1)]}));
-    let config_file = node.path("plumb.conf");
-    std::fs::write(&config_file, config.to_string()).unwrap();
-    let ns = Netns::new();
+    let Attachable {
+        node,
+        b1,
+        config_file,
+        ns,
+        _links,
+        ..
+    } = Attachable::new(1);
 
     let out = plumb(&[
         "attach",
@@ -352,15 +383,13 @@ fn detach_waits_for_another_call_of_its_container_and_leaves_nothing_after() {
     // `plumb attach`/`detach` take the container's lock as the CNI plugin does: a detach
     // started while another call for the container runs waits for it, then undoes it all and
     // removes the lock file with the record.
-    testkit::netns::require_root();
-    let node = Node::new();
-    let (b0, b1, parent) = (unique_name("sd"), unique_name("sb"), unique_name("sp"));
-    let _links = [Link::adopt(&b0), Link::adopt(&b1), Link::bridge(&parent)];
-    write_nads(&node.path("nads"), &b1, &parent, &node.ipam_dir());
-    let config = node.config(json!({"delegates": [node.bridge("default-net", &b0, 3)]}));
-    let config_file = node.path("plumb.conf");
-    std::fs::write(&config_file, config.to_string()).unwrap();
-    let ns = Netns::new();
+    let Attachable {
+        node,
+        config_file,
+        ns,
+        _links,
+        ..
+    } = Attachable::new(3);
     let id = ["--container-id", "c-by-hand"];
     let nads = node.path("nads");
     let mut attach = vec![
