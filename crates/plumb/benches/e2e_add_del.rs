@@ -12,7 +12,8 @@
 //! Needs root and Debian's containernetworking-plugins; skips (exit 0) otherwise.
 //! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N per run, default 300; PAUSE_MS,
 //! an untimed pause before each ADD and each DEL, default 0; API_LATENCY_US, added to every
-//! answer of the API stand-in, default 0; API_HTTP1=1, the stand-in without HTTP/2). A DEL's time is mostly the kernel's
+//! answer of the API stand-in, default 0; API_HTTP1=1, the stand-in without HTTP/2; PLUMB, the
+//! path of another plumb build to measure in its place). A DEL's time is mostly the kernel's
 //! (`rcu_barrier` when a link goes: about 10 ms per delegate) and varies a lot: a quarter of the
 //! iterations' ratios lie below 0.95 and a quarter above 1.15. Hence 300 iterations (about a
 //! minute per run), and a bootstrap interval printed with each median so that a reader sees how
@@ -34,6 +35,12 @@ use testkit::netns::{Link, Netns, unique_name};
 
 const PLUGINS: &str = "/usr/lib/cni";
 const PLUMB: &str = env!("CARGO_BIN_EXE_plumb");
+
+/// The plumb binary to measure: `$PLUMB` when set (another build, to compare in the same
+/// conditions), else the one cargo built with the bench.
+fn plumb_binary() -> String {
+    std::env::var("PLUMB").unwrap_or_else(|_| PLUMB.to_string())
+}
 
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
@@ -220,11 +227,12 @@ fn main() {
         c.to_string()
     };
     let quiet = config("error");
+    let plumb_bin = plumb_binary();
     let args =
         format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=bench;K8S_POD_UID={uid}");
     let plumb = |command: &str, cid: &str, netns: &str, conf: &str| {
         run(
-            PLUMB,
+            &plumb_bin,
             &[
                 ("CNI_COMMAND", command),
                 ("CNI_CONTAINERID", cid),
@@ -245,7 +253,7 @@ fn main() {
     };
 
     if let Some(secs) = std::env::var("HOLD").ok().and_then(|s| s.parse().ok()) {
-        hold(secs, PLUMB, &args, &quiet);
+        hold(secs, &plumb_bin, &args, &quiet);
         return;
     }
     // Warm up both paths (page cache, first-run costs), untimed.
@@ -281,7 +289,7 @@ fn main() {
             .collect();
         median(&mut v)
     };
-    let (vp, vb) = (version(PLUMB), version(&format!("{PLUGINS}/bridge")));
+    let (vp, vb) = (version(&plumb_bin), version(&format!("{PLUGINS}/bridge")));
 
     // Where an ADD's time goes, as plumb's debug log splits it (median of each part over
     // several ADDs), and plumb's peak RSS during an ADD (the largest seen).
@@ -348,7 +356,8 @@ fn main() {
     };
     println!(
         "e2e_add_del: {iterations} interleaved iterations of ADD+DEL of a pod on 3 networks \
-         through {mode} ({} ms untimed before each ADD and each DEL; API latency {} ms)",
+         through {mode} of {plumb_bin} ({} ms untimed before each ADD and each DEL; API latency \
+         {} ms)",
         ms(pause),
         ms(latency)
     );
@@ -375,6 +384,7 @@ fn main() {
     let report = json!({
         "iterations": iterations,
         "mode": mode,
+        "plumb": plumb_bin,
         "shared_netns": shared.json(),
         "per_pod_netns": per_pod.json(),
         "median_paired_ratio": shared.paired_ratio(),
@@ -408,7 +418,7 @@ impl Daemon {
         // A clean environment, as a service manager gives it: the delegates the daemon runs
         // inherit it, and cargo's LD_LIBRARY_PATH (seven directories) made every dynamically
         // linked delegate search them all for its libraries, 0.4 ms more per delegate.
-        let child = Command::new(PLUMB)
+        let child = Command::new(plumb_binary())
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .arg("daemon")
