@@ -14,6 +14,11 @@
 //! opened the file just before it was removed then locks an inode nobody else can find — so a
 //! taker checks, once it holds the lock, that the path still names the inode it locked, and
 //! starts again otherwise.
+//!
+//! One wait would never end: plumb run as a delegate of plumb itself for the same container (a
+//! network's configuration names plumb), the outer call holding the lock while it waits for its
+//! delegate. A call that finds the lock held by its own process's ancestor (`/proc/locks` names
+//! the holder) is that case, and fails at once ([`NoTurn::Nested`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -33,22 +38,112 @@ pub struct Turn {
     path: PathBuf,
 }
 
+/// Why a call did not get its container's turn.
+#[derive(Debug)]
+pub enum NoTurn {
+    /// The lock's holder is the process the call is for, or one of its ancestors: plumb runs as
+    /// a delegate of plumb itself for the same container. Waiting would never end.
+    Nested(CniError),
+    /// The lock file could not be made, opened or locked.
+    Failed(CniError),
+}
+
+impl From<NoTurn> for CniError {
+    fn from(e: NoTurn) -> CniError {
+        match e {
+            NoTurn::Nested(e) | NoTurn::Failed(e) => e,
+        }
+    }
+}
+
 /// Waits for the lock at `path` (a validated container ID's lock file) and takes it, creating
 /// its directory (0700, as the records') and the file as needed. `waiting` is called once if
 /// another call holds it (to log why this one waits).
-pub fn take(path: &Path, waiting: impl FnOnce()) -> Result<Turn, CniError> {
+///
+/// `requester` is the process the call is for: this one in thin mode, the plugin that forwarded
+/// it in the daemon (`None`: not known). When the lock's holder is that process or one of its
+/// ancestors, plumb was run as a delegate of itself for the same container (a network's
+/// configuration names plumb), and waiting would never end: the outer call waits for the
+/// delegate, which waits for the outer call. That is [`NoTurn::Nested`] at once (code 7).
+pub fn take(path: &Path, requester: Option<u32>, waiting: impl FnOnce()) -> Result<Turn, NoTurn> {
     let mut waiting = Some(waiting);
     loop {
-        if let Some(turn) = acquire(path, FlockArg::LockExclusiveNonblock)? {
+        if let Some(turn) =
+            acquire(path, FlockArg::LockExclusiveNonblock).map_err(NoTurn::Failed)?
+        {
             return Ok(turn);
+        }
+        if let (Some(requester), Some(holder)) = (requester, holder(path))
+            && descends_from(requester, holder)
+        {
+            return Err(NoTurn::Nested(CniError::new(
+                ErrorCode::InvalidConfig,
+                format!(
+                    "container lock {}: held by process {holder}, which started this call's \
+                     process: plumb is running as a delegate of plumb itself for the same \
+                     container (a network's configuration names plumb as a plugin), and would \
+                     wait for itself for ever; remove plumb from that network's plugins",
+                    path.display()
+                ),
+            )));
         }
         if let Some(waiting) = waiting.take() {
             waiting();
         }
-        if let Some(turn) = acquire(path, FlockArg::LockExclusive)? {
+        if let Some(turn) = acquire(path, FlockArg::LockExclusive).map_err(NoTurn::Failed)? {
             return Ok(turn);
         }
     }
+}
+
+/// The process holding the `flock` on the file at `path`, as `/proc/locks` lists it (only asked
+/// when a call has to wait, so the file's size does not matter).
+fn holder(path: &Path) -> Option<u32> {
+    let m = fs::symlink_metadata(path).ok()?;
+    let dev = m.dev();
+    // The kernel prints the device as MAJOR:MINOR in hex (glibc's major()/minor() encoding).
+    let (major, minor) = (
+        ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff),
+        (dev & 0xff) | ((dev >> 12) & !0xff),
+    );
+    let file = format!("{major:02x}:{minor:02x}:{}", m.ino());
+    let locks = fs::read_to_string("/proc/locks").ok()?;
+    // "1: FLOCK  ADVISORY  WRITE 4242 fe:00:10185010 0 EOF"; a waiter's line has "->" in it.
+    locks.lines().filter(|l| !l.contains("->")).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&file.as_str()))
+            .then(|| f.get(4)?.parse().ok())
+            .flatten()
+    })
+}
+
+/// Whether `process` is `ancestor` or one of its descendants (walking at most 64 parents).
+fn descends_from(process: u32, ancestor: u32) -> bool {
+    let mut p = process;
+    for _ in 0..64 {
+        if p == ancestor {
+            return true;
+        }
+        // "pid (comm) state ppid …": comm may hold spaces and parentheses, so after the last ')'.
+        let Some(parent) = fs::read_to_string(format!("/proc/{p}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()
+            })
+        else {
+            return false;
+        };
+        if parent == 0 || parent == p {
+            return false;
+        }
+        p = parent;
+    }
+    false
 }
 
 /// The lock at `path` if nobody holds it, else `None` at once (GC: a container with a call
@@ -147,13 +242,13 @@ mod tests {
     fn a_second_taker_waits_for_the_first_even_when_the_file_is_removed_meanwhile() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state/c1.lock");
-        let first = take(&path, || panic!("nobody holds it")).unwrap();
+        let first = take(&path, None, || panic!("nobody holds it")).unwrap();
         let (tx, rx) = mpsc::channel();
         let waiter = {
             let path = path.clone();
             let waited = tx.clone();
             std::thread::spawn(move || {
-                let second = take(&path, move || waited.send("waits").unwrap()).unwrap();
+                let second = take(&path, None, move || waited.send("waits").unwrap()).unwrap();
                 tx.send("took it").unwrap();
                 second
             })
@@ -174,5 +269,36 @@ mod tests {
             Flock::lock(File::open(&path).unwrap(), FlockArg::LockExclusiveNonblock).is_err(),
             "the path's lock is held"
         );
+    }
+
+    #[test]
+    fn a_call_whose_own_ancestor_holds_the_lock_fails_at_once_instead_of_waiting_for_ever() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c2.lock");
+        assert_eq!(holder(&path), None, "no file, no holder");
+        let held = take(&path, None, || panic!("nobody holds it")).unwrap();
+        let me = std::process::id();
+        assert_eq!(holder(&path), Some(me), "/proc/locks names the holder");
+        // A child of the holder (plumb run as its delegate) would wait on its parent for ever.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert!(descends_from(child.id(), me));
+        assert!(!descends_from(me, child.id()));
+        let Err(NoTurn::Nested(e)) = take(&path, Some(child.id()), || panic!("it must not wait"))
+        else {
+            panic!("taken, or failed otherwise");
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(e.code, ErrorCode::InvalidConfig.code(), "{e}");
+        assert!(
+            e.msg.contains(&format!("held by process {me}"))
+                && e.msg.contains("delegate of plumb itself"),
+            "{e}"
+        );
+        drop(held);
+        assert_eq!(holder(&path), None, "released");
     }
 }

@@ -31,7 +31,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 
 use crate::client_pool::ClientPool;
-use crate::plugin::{NetlinkRoutes, Plumb};
+use crate::plugin::{Caller, NetlinkRoutes, Plumb};
 use crate::shim;
 
 /// Where the daemon listens unless told otherwise (DESIGN.md "Paths").
@@ -262,7 +262,7 @@ async fn serve(
         };
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
-            let peer = stream.peer_cred().map(|c| c.uid()).ok();
+            let peer = stream.peer_cred().ok();
             let service = hyper::service::service_fn(move |request| {
                 answer(request, peer, Arc::clone(&shared))
             });
@@ -284,10 +284,11 @@ fn reply(status: StatusCode, text: String) -> Response<Full<Bytes>> {
 /// The answer to one request: a CNI call on `POST /cni`, `ok` on `GET /healthz`.
 async fn answer(
     request: Request<Incoming>,
-    peer: Option<u32>,
+    peer: Option<tokio::net::unix::UCred>,
     shared: Arc<Shared>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
-    if peer != Some(shared.uid) && peer != Some(0) {
+    let uid = peer.map(|c| c.uid());
+    if uid != Some(shared.uid) && uid != Some(0) {
         return Ok(reply(
             StatusCode::FORBIDDEN,
             format!("only uid {} or root may call plumb\n", shared.uid),
@@ -337,7 +338,12 @@ async fn answer(
     // runtime killed it) drops this future, not the call.
     let running = Running::start(Arc::clone(&shared));
     let ran = tokio::task::spawn_blocking(move || {
-        let out = call(&running.0, &env, &stdin);
+        // The plugin that forwarded it (0: a process outside the daemon's PID namespace).
+        let caller = peer
+            .and_then(|c| c.pid())
+            .and_then(|pid| u32::try_from(pid).ok())
+            .filter(|pid| *pid != 0);
+        let out = call(&running.0, &env, &stdin, caller);
         drop(running);
         out
     })
@@ -375,10 +381,16 @@ impl Drop for Running {
 
 /// Runs one CNI call as thin mode would (after the calls for the same container that came
 /// before it, in this process or another: container_lock.rs). Its output and exit code.
-fn call(shared: &Shared, env: &BTreeMap<String, String>, stdin: &[u8]) -> (Vec<u8>, i32) {
+fn call(
+    shared: &Shared,
+    env: &BTreeMap<String, String>,
+    stdin: &[u8],
+    caller: Option<u32>,
+) -> (Vec<u8>, i32) {
     let plugin = Plumb {
         routes: &NetlinkRoutes,
         clients: Some(Arc::clone(&shared.clients)),
+        caller: Caller::Forwarded(caller),
     };
     let getenv = |k: &str| env.get(k).cloned();
     let mut stdout = Vec::new();

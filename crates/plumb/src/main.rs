@@ -158,6 +158,7 @@ fn plugin(getenv: &dyn Fn(&str) -> Option<String>) -> i32 {
     let plugin = plumb::plugin::Plumb {
         routes: &plumb::plugin::NetlinkRoutes,
         clients: None,
+        caller: plumb::plugin::Caller::ThisProcess,
     };
     cni::skel::dispatch(&plugin, getenv, &mut &stdin[..], &mut stdout)
 }

@@ -48,10 +48,32 @@ const READINESS_POLL: Duration = Duration::from_millis(250);
 const MAX_PREFETCHED_NADS: usize = 32;
 
 /// The plugin. `routes` changes default routes in pod namespaces; `clients` are the daemon's
-/// API clients kept between calls (`None` in thin mode: each call builds its own).
+/// API clients kept between calls (`None` in thin mode: each call builds its own); `caller`,
+/// whose call it runs.
 pub struct Plumb<'a> {
     pub routes: &'a dyn DefaultRoutes,
     pub clients: Option<Arc<ClientPool>>,
+    pub caller: Caller,
+}
+
+/// The process a call is for, so that the container lock can tell plumb run as a delegate of
+/// itself from a call that waits its turn (container_lock.rs).
+#[derive(Clone, Copy, Debug)]
+pub enum Caller {
+    /// The runtime started this process (thin mode, `plumb attach`/`detach`).
+    ThisProcess,
+    /// The daemon runs it for the plugin process that forwarded it: its pid (`SO_PEERCRED`),
+    /// when known.
+    Forwarded(Option<u32>),
+}
+
+impl Caller {
+    pub fn pid(self) -> Option<u32> {
+        match self {
+            Caller::ThisProcess => Some(std::process::id()),
+            Caller::Forwarded(pid) => pid,
+        }
+    }
 }
 
 /// Everything one call works with, from the configuration and the request.
@@ -133,9 +155,16 @@ impl Call {
 
     /// The container's turn: held from here to the end of the call, so that its calls run one
     /// at a time whichever process runs them (thin mode, the daemon: container_lock.rs).
-    fn turn(&self, args: &CmdArgs) -> Result<crate::container_lock::Turn, CniError> {
-        let path = self.records.lock_path(&args.container_id)?;
-        crate::container_lock::take(&path, || {
+    fn turn(
+        &self,
+        args: &CmdArgs,
+        caller: Caller,
+    ) -> Result<crate::container_lock::Turn, crate::container_lock::NoTurn> {
+        let path = self
+            .records
+            .lock_path(&args.container_id)
+            .map_err(|e| crate::container_lock::NoTurn::Failed(e.into()))?;
+        crate::container_lock::take(&path, caller.pid(), || {
             self.log.verbose(&format!(
                 "container {}: another call for it is running (it holds {}): waiting for it to end",
                 args.container_id,
@@ -880,7 +909,7 @@ impl Plugin for Plumb<'_> {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let start = Instant::now();
         let call = self.call(args)?;
-        let _turn = call.turn(args)?;
+        let _turn = call.turn(args, self.caller)?;
         let result = self.do_add(&call, args, start.elapsed()).map_err(|e| {
             let e = e.context(who(&call.pod_args, &args.container_id));
             call.log.error(&format!("ADD: {e}"));
@@ -898,7 +927,17 @@ impl Plugin for Plumb<'_> {
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let call = self.call(args)?;
-        let turn = call.turn(args)?;
+        let turn = match call.turn(args, self.caller) {
+            Ok(turn) => turn,
+            // plumb run as its own delegate: every ADD of it failed here before doing anything
+            // (the same error), so there is nothing to undo, and failing would keep the outer
+            // call's record, and the pod, for ever.
+            Err(crate::container_lock::NoTurn::Nested(e)) => {
+                call.log.error(&format!("DEL: nothing to undo: {e}"));
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
         self.do_del(&call, args).map_err(|e| {
             let e = e.context(who(&call.pod_args, &args.container_id));
             call.log.error(&format!("DEL: {e}"));
@@ -911,7 +950,7 @@ impl Plugin for Plumb<'_> {
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let call = self.call(args)?;
-        let _turn = call.turn(args)?;
+        let _turn = call.turn(args, self.caller)?;
         self.executor(&call)
             .check(&call.sandbox(args))
             .map_err(|e| e.context(who(&call.pod_args, &args.container_id)))
@@ -1044,6 +1083,7 @@ mod tests {
         Plumb {
             clients: None,
             routes: &NetlinkRoutes,
+            caller: Caller::ThisProcess,
         }
         .do_gc(&call, &args)
         .unwrap();
@@ -1112,6 +1152,7 @@ mod tests {
         Plumb {
             clients: None,
             routes: &NetlinkRoutes,
+            caller: Caller::ThisProcess,
         }
         .do_del(&call, &args)
         .unwrap();

@@ -176,7 +176,7 @@ impl LocalNode {
     /// one at a time.
     fn turn(&self, sandbox: &Sandbox) -> Result<Turn, CniError> {
         let path = self.records.lock_path(&sandbox.container_id)?;
-        container_lock::take(&path, || {
+        container_lock::take(&path, Some(std::process::id()), || {
             eprintln!(
                 "plumb: another call for container {} is running (it holds {}): waiting for it \
                  to end",
@@ -184,6 +184,7 @@ impl LocalNode {
                 path.display()
             );
         })
+        .map_err(CniError::from)
     }
 
     fn executor(&self) -> Executor<'_> {

@@ -693,3 +693,41 @@ fn a_daemon_too_busy_to_take_the_connection_fails_the_call_with_code_11() {
     );
     assert!(!node.record("busy1").exists());
 }
+
+#[test]
+fn plumb_run_as_its_own_delegate_through_the_daemon_fails_at_once_instead_of_waiting_for_itself() {
+    // The daemon's call holds the container's lock while the delegate, plumb again, forwards
+    // its call for the same container to the daemon: that call must not wait for the lock (it
+    // would wait for ever), and DEL must undo the rest.
+    testkit::netns::require_root();
+    let node = common::Node::new();
+    let socket = node.path("run/plumb.sock");
+    let _daemon = Daemon::start(&socket);
+    let config = common::plumb_as_its_own_delegate(&node, json!({"plumbDaemonSocket": socket}));
+    let ns = Netns::new();
+    let netns = ns.path();
+    let call = common::CniCall {
+        command: "ADD",
+        container_id: "d-nested",
+        netns: netns.to_str().unwrap(),
+        ifname: "eth0",
+        args: "",
+        config: &config,
+    };
+    // `timeout` stands in for the runtime's deadline: a hang fails the test, not CI.
+    let out = common::run_under(&call, &["timeout", "20"], &[]);
+    assert_ne!(out.status.code(), Some(124), "the ADD waited for itself");
+    let e = err(&out);
+    assert!(
+        e["msg"].as_str().unwrap().contains("plugin \"plumb\"")
+            && e.to_string().contains("delegate of plumb itself"),
+        "{e}"
+    );
+    ok(&common::run(&common::CniCall {
+        command: "DEL",
+        ..call
+    }));
+    assert!(!node.record("d-nested").exists());
+    assert_eq!(ns.links(), ["lo"]);
+    assert!(healthz(&socket).starts_with("ok: 0 calls running"));
+}

@@ -406,11 +406,7 @@ fn detach_waits_for_another_call_of_its_container_and_leaves_nothing_after() {
     attach.extend(id);
     ok(&plumb(&attach));
     let lock = node.state_dir().join("c-by-hand.lock");
-    let held = nix::fcntl::Flock::lock(
-        std::fs::File::open(&lock).unwrap(),
-        nix::fcntl::FlockArg::LockExclusive,
-    )
-    .unwrap();
+    let held = common::hold_lock(&lock);
     let mut detach = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
         .args(["detach", "--netns", ns.name(), "--config", s(&config_file)])
         .args(id)

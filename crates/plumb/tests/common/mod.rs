@@ -225,3 +225,64 @@ pub fn err(out: &Output) -> Value {
 pub fn exists(p: &Path) -> bool {
     p.exists()
 }
+
+/// A configuration that names plumb itself as the plugin of its cluster network, with the same
+/// state directory (a misconfiguration): the plugin then runs plumb as its delegate for the
+/// same container. `extra` keys go into both configurations. `plumb` is found as a plugin
+/// through a bin directory holding a link to the binary under test.
+pub fn plumb_as_its_own_delegate(node: &Node, extra: Value) -> Value {
+    let bin = node.path("bin");
+    fs::create_dir_all(&bin).unwrap();
+    let _ = std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_plumb"), bin.join("plumb"));
+    let mut inner = node.config(json!({"delegates": [node.bridge("inner", "plumbnest0", 250)]}));
+    let mut outer = node.config(json!({"binDir": bin}));
+    for (k, v) in extra.as_object().unwrap() {
+        inner[k] = v.clone();
+        outer[k] = v.clone();
+    }
+    inner["name"] = json!("nested");
+    outer["delegates"] = json!([{"cniVersion": "1.0.0", "name": "outer", "plugins": [inner]}]);
+    outer
+}
+
+/// The `flock` on `path` held by another process (util-linux's `flock`, as another call of
+/// the container would hold it; not this test process, which is an ancestor of the plumb it
+/// starts and so would look like plumb's own caller), until the returned child is dropped.
+pub fn hold_lock(path: &Path) -> HeldLock {
+    let mut child = Command::new("flock")
+        .args(["--close", "--exclusive"])
+        .arg(path)
+        .args(["-c", "read line"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("run flock");
+    let stdin = child.stdin.take();
+    // Until it holds it: a lock attempt of our own fails.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let file = fs::File::open(path).unwrap();
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Err(_) => break,
+            Ok(mine) => drop(mine),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "flock never took {path:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    HeldLock { child, stdin }
+}
+
+/// See [`hold_lock`]: dropping it ends the holder (its stdin closes) and waits for it.
+pub struct HeldLock {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
