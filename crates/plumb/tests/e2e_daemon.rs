@@ -704,30 +704,6 @@ fn plumb_run_as_its_own_delegate_through_the_daemon_fails_at_once_instead_of_wai
     let socket = node.path("run/plumb.sock");
     let _daemon = Daemon::start(&socket);
     let config = common::plumb_as_its_own_delegate(&node, json!({"plumbDaemonSocket": socket}));
-    let ns = Netns::new();
-    let netns = ns.path();
-    let call = common::CniCall {
-        command: "ADD",
-        container_id: "d-nested",
-        netns: netns.to_str().unwrap(),
-        ifname: "eth0",
-        args: "",
-        config: &config,
-    };
-    // `timeout` stands in for the runtime's deadline: a hang fails the test, not CI.
-    let out = common::run_under(&call, &["timeout", "20"], &[]);
-    assert_ne!(out.status.code(), Some(124), "the ADD waited for itself");
-    let e = err(&out);
-    assert!(
-        e["msg"].as_str().unwrap().contains("plugin \"plumb\"")
-            && e.to_string().contains("delegate of plumb itself"),
-        "{e}"
-    );
-    ok(&common::run(&common::CniCall {
-        command: "DEL",
-        ..call
-    }));
-    assert!(!node.record("d-nested").exists());
-    assert_eq!(ns.links(), ["lo"]);
+    common::add_fails_at_once_and_del_undoes_it(&node, &config, "d-nested");
     assert!(healthz(&socket).starts_with("ok: 0 calls running"));
 }

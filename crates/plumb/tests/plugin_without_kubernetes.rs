@@ -930,29 +930,5 @@ fn plumb_run_as_its_own_delegate_fails_at_once_instead_of_waiting_for_itself() {
     testkit::netns::require_root();
     let node = Node::new();
     let config = common::plumb_as_its_own_delegate(&node, json!({}));
-    let ns = Netns::new();
-    let netns = ns.path();
-    let call = CniCall {
-        command: "ADD",
-        container_id: "c-nested",
-        netns: netns.to_str().unwrap(),
-        ifname: "eth0",
-        args: "",
-        config: &config,
-    };
-    // `timeout` stands in for the runtime's deadline: a hang fails the test, not CI.
-    let out = common::run_under(&call, &["timeout", "20"], &[]);
-    assert_ne!(out.status.code(), Some(124), "the ADD waited for itself");
-    let e = err(&out);
-    assert!(
-        e["msg"].as_str().unwrap().contains("plugin \"plumb\"")
-            && e.to_string().contains("delegate of plumb itself"),
-        "{e}"
-    );
-    ok(&run(&CniCall {
-        command: "DEL",
-        ..call
-    }));
-    assert!(!node.record("c-nested").exists());
-    assert_eq!(ns.links(), ["lo"]);
+    common::add_fails_at_once_and_del_undoes_it(&node, &config, "c-nested");
 }

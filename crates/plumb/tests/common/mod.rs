@@ -286,3 +286,33 @@ impl Drop for HeldLock {
         let _ = self.child.wait();
     }
 }
+
+/// With [`plumb_as_its_own_delegate`]'s `config`: ADD of `container_id` fails at once (within
+/// 20 s, which `timeout` enforces in place of the runtime's deadline, so that a hang fails the
+/// test rather than CI), saying plumb is its own delegate; DEL then succeeds and leaves nothing.
+pub fn add_fails_at_once_and_del_undoes_it(node: &Node, config: &Value, container_id: &str) {
+    let ns = testkit::netns::Netns::new();
+    let netns = ns.path();
+    let call = CniCall {
+        command: "ADD",
+        container_id,
+        netns: netns.to_str().unwrap(),
+        ifname: "eth0",
+        args: "",
+        config,
+    };
+    let out = run_under(&call, &["timeout", "20"], &[]);
+    assert_ne!(out.status.code(), Some(124), "the ADD waited for itself");
+    let e = err(&out);
+    assert!(
+        e["msg"].as_str().unwrap().contains("plugin \"plumb\"")
+            && e.to_string().contains("delegate of plumb itself"),
+        "{e}"
+    );
+    ok(&run(&CniCall {
+        command: "DEL",
+        ..call
+    }));
+    assert!(!node.record(container_id).exists());
+    assert_eq!(ns.links(), ["lo"]);
+}
