@@ -73,7 +73,11 @@ pub fn take(path: &Path, requester: Option<u32>, waiting: impl FnOnce()) -> Resu
         {
             return Ok(turn);
         }
-        if let (Some(requester), Some(holder)) = (requester, holder(path))
+        // Only before the first wait: after one, the requester (a forwarding plugin the
+        // runtime may have killed meanwhile) may be gone and its pid someone else's.
+        if let (Some(requester), Some(holder)) =
+            (requester.filter(|_| waiting.is_some()), holder(path))
+            && is_plumb(holder)
             && descends_from(requester, holder)
         {
             return Err(NoTurn::Nested(CniError::new(
@@ -96,25 +100,33 @@ pub fn take(path: &Path, requester: Option<u32>, waiting: impl FnOnce()) -> Resu
     }
 }
 
-/// The process holding the `flock` on the file at `path`, as `/proc/locks` lists it (only asked
-/// when a call has to wait, so the file's size does not matter).
+/// A process holding a `flock` on a file with the inode number of the file at `path`, as
+/// `/proc/locks` lists them (only asked when a call has to wait, so its size does not matter).
+/// The inode alone: the device `/proc/locks` prints is the superblock's, which is not the one
+/// `stat` gives on btrfs or overlayfs. [`is_plumb`] then keeps a lock on another file system
+/// out.
 fn holder(path: &Path) -> Option<u32> {
-    let m = fs::symlink_metadata(path).ok()?;
-    let dev = m.dev();
-    // The kernel prints the device as MAJOR:MINOR in hex (glibc's major()/minor() encoding).
-    let (major, minor) = (
-        ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff),
-        (dev & 0xff) | ((dev >> 12) & !0xff),
-    );
-    let file = format!("{major:02x}:{minor:02x}:{}", m.ino());
+    let ino = fs::symlink_metadata(path).ok()?.ino().to_string();
     let locks = fs::read_to_string("/proc/locks").ok()?;
     // "1: FLOCK  ADVISORY  WRITE 4242 fe:00:10185010 0 EOF"; a waiter's line has "->" in it.
     locks.lines().filter(|l| !l.contains("->")).find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&file.as_str()))
+        let same_inode = f.get(5)?.rsplit(':').next() == Some(ino.as_str());
+        (f.get(1) == Some(&"FLOCK") && same_inode)
             .then(|| f.get(4)?.parse().ok())
             .flatten()
     })
+}
+
+/// Whether process `pid` runs the same executable as this one (plumb): only plumb holds
+/// container locks, and an ancestor that is not plumb (the runtime, holding a lock of its own
+/// on a file that happens to have the same inode number elsewhere) is no sign of nesting.
+fn is_plumb(pid: u32) -> bool {
+    let exe = |p: &str| fs::metadata(p).map(|m| (m.dev(), m.ino()));
+    match (exe(&format!("/proc/{pid}/exe")), exe("/proc/self/exe")) {
+        (Ok(theirs), Ok(ours)) => theirs == ours,
+        _ => false,
+    }
 }
 
 /// Whether `process` is `ancestor` or one of its descendants (walking at most 64 parents).
@@ -286,6 +298,7 @@ mod tests {
             .unwrap();
         assert!(descends_from(child.id(), me));
         assert!(!descends_from(me, child.id()));
+        assert!(is_plumb(me) && !is_plumb(child.id()), "by executable");
         let Err(NoTurn::Nested(e)) = take(&path, Some(child.id()), || panic!("it must not wait"))
         else {
             panic!("taken, or failed otherwise");
