@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -337,17 +337,22 @@ async fn answer(
     // Counted from here until the call itself ends, on its thread: a shim that went away (the
     // runtime killed it) drops this future, not the call.
     let running = Running::start(Arc::clone(&shared));
+    // Dropped with this future when the plugin goes away before the answer: the call is told,
+    // so that one still waiting for its container's turn is not run (plugin.rs).
+    let abandoned = Abandoned::watch();
+    let told = Arc::clone(&abandoned.0);
     let ran = tokio::task::spawn_blocking(move || {
         // The plugin that forwarded it (0: a process outside the daemon's PID namespace).
         let caller = peer
             .and_then(|c| c.pid())
             .and_then(|pid| u32::try_from(pid).ok())
             .filter(|pid| *pid != 0);
-        let out = call(&running.0, &env, &stdin, caller);
+        let out = call(&running.0, &env, &stdin, caller, told);
         drop(running);
         out
     })
     .await;
+    abandoned.answered();
     let (stdout, code) = ran.unwrap_or_else(|panicked| {
         // The engine does not panic on any input (fuzzed); should it, the runtime gets an error.
         let e = CniError::new(
@@ -361,6 +366,28 @@ async fn answer(
     r.headers_mut()
         .insert(shim::EXIT_CODE_HEADER, http::HeaderValue::from(code));
     Ok(r)
+}
+
+/// Set to true when dropped before [`Abandoned::answered`]: the request's future was dropped,
+/// its plugin gone.
+struct Abandoned(Arc<AtomicBool>, bool);
+
+impl Abandoned {
+    fn watch() -> Abandoned {
+        Abandoned(Arc::new(AtomicBool::new(false)), false)
+    }
+
+    fn answered(mut self) {
+        self.1 = true;
+    }
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
 }
 
 /// One call counted in [`Shared::running`] while this lives.
@@ -386,11 +413,13 @@ fn call(
     env: &BTreeMap<String, String>,
     stdin: &[u8],
     caller: Option<u32>,
+    abandoned: Arc<AtomicBool>,
 ) -> (Vec<u8>, i32) {
     let plugin = Plumb {
         routes: &NetlinkRoutes,
         clients: Some(Arc::clone(&shared.clients)),
         caller: Caller::Forwarded(caller),
+        abandoned: Some(abandoned),
     };
     let getenv = |k: &str| env.get(k).cloned();
     let mut stdout = Vec::new();

@@ -54,6 +54,9 @@ pub struct Plumb<'a> {
     pub routes: &'a dyn DefaultRoutes,
     pub clients: Option<Arc<ClientPool>>,
     pub caller: Caller,
+    /// Set by the daemon when the plugin that forwarded the call went away (the runtime killed
+    /// it): an ADD or CHECK still waiting for its container's turn then is not run.
+    pub abandoned: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// The process a call is for, so that the container lock can tell plumb run as a delegate of
@@ -454,6 +457,29 @@ impl Plumb<'_> {
         let mut call = Call::new(args)?;
         call.clients = self.clients.clone();
         Ok(call)
+    }
+
+    /// An error when the runtime gave up on this call before its turn came (daemon only): an
+    /// ADD run now would attach a sandbox the runtime may already have deleted (its DEL, sent
+    /// after it killed the plugin, may have had the turn first), and nobody would undo it.
+    fn not_abandoned(&self, call: &Call, args: &CmdArgs, command: &str) -> Result<(), CniError> {
+        if !self
+            .abandoned
+            .as_ref()
+            .is_some_and(|a| a.load(std::sync::atomic::Ordering::SeqCst))
+        {
+            return Ok(());
+        }
+        let e = CniError::new(
+            ErrorCode::TryAgainLater,
+            format!(
+                "{}: the runtime gave up on this {command} (the plugin that forwarded it went \
+                 away) while it waited for its container's turn; not run",
+                who(&call.pod_args, &args.container_id)
+            ),
+        );
+        call.log.error(&e.to_string());
+        Err(e)
     }
 
     fn executor<'c>(&'c self, call: &'c Call) -> Executor<'c> {
@@ -910,6 +936,7 @@ impl Plugin for Plumb<'_> {
         let start = Instant::now();
         let call = self.call(args)?;
         let _turn = call.turn(args, self.caller)?;
+        self.not_abandoned(&call, args, "ADD")?;
         let result = self.do_add(&call, args, start.elapsed()).map_err(|e| {
             let e = e.context(who(&call.pod_args, &args.container_id));
             call.log.error(&format!("ADD: {e}"));
@@ -951,6 +978,7 @@ impl Plugin for Plumb<'_> {
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let call = self.call(args)?;
         let _turn = call.turn(args, self.caller)?;
+        self.not_abandoned(&call, args, "CHECK")?;
         self.executor(&call)
             .check(&call.sandbox(args))
             .map_err(|e| e.context(who(&call.pod_args, &args.container_id)))
@@ -1084,6 +1112,7 @@ mod tests {
             clients: None,
             routes: &NetlinkRoutes,
             caller: Caller::ThisProcess,
+            abandoned: None,
         }
         .do_gc(&call, &args)
         .unwrap();
@@ -1153,6 +1182,7 @@ mod tests {
             clients: None,
             routes: &NetlinkRoutes,
             caller: Caller::ThisProcess,
+            abandoned: None,
         }
         .do_del(&call, &args)
         .unwrap();

@@ -707,3 +707,57 @@ fn plumb_run_as_its_own_delegate_through_the_daemon_fails_at_once_instead_of_wai
     common::add_fails_at_once_and_del_undoes_it(&node, &config, "d-nested");
     assert!(healthz(&socket).starts_with("ok: 0 calls running"));
 }
+
+#[test]
+fn an_add_the_runtime_gave_up_on_while_it_waited_for_its_turn_is_not_run() {
+    // The runtime killed the plugin while the daemon's ADD waited for the container's lock
+    // (held here by another process); its DEL may run before that ADD gets the lock. Run after
+    // it, the ADD would attach a sandbox nobody deletes: it must not run at all.
+    testkit::netns::require_root();
+    let node = common::Node::new();
+    let socket = node.path("run/plumb.sock");
+    let _daemon = Daemon::start(&socket);
+    let bridge = testkit::netns::unique_name("ga");
+    let _bridge = testkit::netns::Link::adopt(&bridge);
+    let config = node.config(json!({
+        "delegates": [node.bridge("net-a", &bridge, 41)],
+        "plumbDaemonSocket": socket,
+    }));
+    let ns = Netns::new();
+    fs::create_dir_all(node.state_dir()).unwrap();
+    let held = common::hold_lock(&node.state_dir().join("w1.lock"));
+    let mut shim = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .env_clear()
+        .env("CNI_COMMAND", "ADD")
+        .env("CNI_CONTAINERID", "w1")
+        .env("CNI_NETNS", ns.path())
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", common::PLUGINS)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    shim.stdin
+        .take()
+        .unwrap()
+        .write_all(config.to_string().as_bytes())
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !healthz(&socket).starts_with("ok: 1 calls running") {
+        assert!(Instant::now() < deadline, "{}", healthz(&socket));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    shim.kill().unwrap();
+    shim.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !healthz(&socket).starts_with("ok: 0 calls running") {
+        assert!(Instant::now() < deadline, "{}", healthz(&socket));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(ns.links(), ["lo"], "the abandoned ADD ran");
+    assert_eq!(node.all_allocations(), 0);
+    assert!(!node.record("w1").exists());
+}

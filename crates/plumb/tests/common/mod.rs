@@ -249,6 +249,11 @@ pub fn plumb_as_its_own_delegate(node: &Node, extra: Value) -> Value {
 /// the container would hold it; not this test process, which is an ancestor of the plumb it
 /// starts and so would look like plumb's own caller), until the returned child is dropped.
 pub fn hold_lock(path: &Path) -> HeldLock {
+    fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
     let mut child = Command::new("flock")
         .args(["--close", "--exclusive"])
         .arg(path)
