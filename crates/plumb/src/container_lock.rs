@@ -15,6 +15,10 @@
 //! taker checks, once it holds the lock, that the path still names the inode it locked, and
 //! starts again otherwise.
 //!
+//! On a state file system with no room for a new file (out of blocks, inodes or quota), a call
+//! whose container has no lock file yet takes turns on the state directory instead: a DEL must
+//! not fail for want of an empty file on a full node, where the kubelet evicts pods to make room.
+//!
 //! One wait would never end: plumb run as a delegate of plumb itself for the same container (a
 //! network's configuration names plumb), the outer call holding the lock while it waits for its
 //! delegate. A call that finds the lock held by its own process's ancestor (`/proc/locks` names
@@ -35,7 +39,8 @@ use crate::record::RecordStore;
 #[derive(Debug)]
 pub struct Turn {
     _lock: Flock<File>,
-    path: PathBuf,
+    /// The lock file; `None` when the state directory was locked instead (no room for it).
+    path: Option<PathBuf>,
 }
 
 /// Why a call did not get its container's turn.
@@ -182,14 +187,31 @@ fn acquire(path: &Path, how: FlockArg) -> Result<Option<Turn>, CniError> {
     loop {
         // O_NOFOLLOW: a symlink planted in the state directory is not followed to lock (and
         // create) a file elsewhere.
-        let mut file = OpenOptions::new()
+        let opened = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .mode(0o600)
             .custom_flags(OFlag::O_NOFOLLOW.bits())
-            .open(path)
-            .map_err(|e| fail("cannot open it", &e))?;
+            .open(path);
+        let (mut file, locked) = match opened {
+            Ok(file) => (file, path),
+            // No room for a new file (out of blocks, inodes or quota): the call must not fail
+            // for that, or a DEL on a full node (where the kubelet evicts pods to make room)
+            // would keep its pod for ever. It takes turns on the state directory instead, with
+            // every other call that finds no room either.
+            Err(e)
+                if [Errno::ENOSPC, Errno::EDQUOT]
+                    .iter()
+                    .any(|c| e.raw_os_error() == Some(*c as i32)) =>
+            {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                let file = File::open(dir)
+                    .map_err(|e| fail("no room to create it, and its directory", &e))?;
+                (file, dir)
+            }
+            Err(e) => return Err(fail("cannot open it", &e)),
+        };
         let lock = loop {
             match Flock::lock(file, how) {
                 Ok(lock) => break lock,
@@ -199,11 +221,12 @@ fn acquire(path: &Path, how: FlockArg) -> Result<Option<Turn>, CniError> {
             }
         };
         let held = lock.metadata().map_err(|e| fail("cannot stat it", &e))?;
-        match fs::symlink_metadata(path) {
+        match fs::symlink_metadata(locked) {
             Ok(now) if (now.dev(), now.ino()) == (held.dev(), held.ino()) => {
                 return Ok(Some(Turn {
                     _lock: lock,
-                    path: path.to_path_buf(),
+                    // The lock file, to remove at the container's end; never the directory.
+                    path: (locked == path).then(|| path.to_path_buf()),
                 }));
             }
             // Removed (or replaced) by the DEL that held it before: that inode is nobody's.
@@ -240,7 +263,9 @@ impl Turn {
     /// Ends the turn of a container that is gone (a successful DEL): its lock file is removed
     /// while still held, so a call waiting on it starts again on a new file (see the module).
     pub fn end_for_good(self) {
-        let _ = fs::remove_file(&self.path);
+        if let Some(path) = &self.path {
+            let _ = fs::remove_file(path);
+        }
     }
 }
 

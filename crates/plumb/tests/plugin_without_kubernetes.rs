@@ -932,3 +932,54 @@ fn plumb_run_as_its_own_delegate_fails_at_once_instead_of_waiting_for_itself() {
     let config = common::plumb_as_its_own_delegate(&node, json!({}));
     common::add_fails_at_once_and_del_undoes_it(&node, &config, "c-nested");
 }
+
+#[test]
+fn del_works_on_a_state_directory_with_no_room_for_a_lock_file() {
+    // A pod added by a plumb before the container lock has no lock file; when its DEL comes on
+    // a node out of inodes (where the kubelet evicts pods to make room), the lock file cannot
+    // be made. DEL must still undo the pod, taking turns on the directory instead.
+    testkit::netns::require_root();
+    let node = Node::new();
+    let bridge = unique_name("nf");
+    let _bridge = Link::adopt(&bridge);
+    let config = node.config(json!({"delegates": [node.bridge("net-a", &bridge, 47)]}));
+    let conf = node.path("plumb.conf");
+    std::fs::write(&conf, config.to_string()).unwrap();
+    std::fs::create_dir_all(node.state_dir()).unwrap();
+    let ns = Netns::new();
+    // In a mount namespace of its own: the state directory a small tmpfs, filled up between
+    // ADD and DEL.
+    let script = r#"
+        mount -t tmpfs -o size=1m,nr_inodes=64 plumb-full "$STATE" || exit 90
+        CNI_COMMAND=ADD "$PLUMB" < "$CONF" > /dev/null || exit 91
+        rm "$STATE/c-full.lock"
+        i=0; while touch "$STATE/fill$i" 2>/dev/null; do i=$((i+1)); done
+        CNI_COMMAND=DEL "$PLUMB" < "$CONF"; echo "DEL exited $?" >&2
+        ls "$STATE" | grep -v '^fill' >&2
+        exit 0
+    "#;
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .env("STATE", node.state_dir())
+        .env("PLUMB", env!("CARGO_BIN_EXE_plumb"))
+        .env("CONF", &conf)
+        .env("CNI_CONTAINERID", "c-full")
+        .env("CNI_NETNS", ns.path())
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", common::PLUGINS)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("DEL exited 0"),
+        "{stderr}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        !stderr.contains("c-full.json"),
+        "the record is left: {stderr}"
+    );
+    assert_eq!(ns.links(), ["lo"]);
+    assert_eq!(node.all_allocations(), 0);
+}
