@@ -80,10 +80,10 @@ pub fn take(path: &Path, requester: Option<u32>, waiting: impl FnOnce()) -> Resu
         }
         // Only before the first wait: after one, the requester (a forwarding plugin the
         // runtime may have killed meanwhile) may be gone and its pid someone else's.
-        if let (Some(requester), Some(holder)) =
-            (requester.filter(|_| waiting.is_some()), holder(path))
-            && is_plumb(holder)
-            && descends_from(requester, holder)
+        if let Some(requester) = requester.filter(|_| waiting.is_some())
+            && let Some(holder) = holders(path)
+                .into_iter()
+                .find(|h| is_plumb(*h) && descends_from(requester, *h))
         {
             return Err(NoTurn::Nested(CniError::new(
                 ErrorCode::InvalidConfig,
@@ -105,22 +105,30 @@ pub fn take(path: &Path, requester: Option<u32>, waiting: impl FnOnce()) -> Resu
     }
 }
 
-/// A process holding a `flock` on a file with the inode number of the file at `path`, as
+/// The processes holding a `flock` on a file with the inode number of the file at `path`, as
 /// `/proc/locks` lists them (only asked when a call has to wait, so its size does not matter).
 /// The inode alone: the device `/proc/locks` prints is the superblock's, which is not the one
-/// `stat` gives on btrfs or overlayfs. [`is_plumb`] then keeps a lock on another file system
-/// out.
-fn holder(path: &Path) -> Option<u32> {
-    let ino = fs::symlink_metadata(path).ok()?.ino().to_string();
-    let locks = fs::read_to_string("/proc/locks").ok()?;
+/// `stat` gives on btrfs or overlayfs. [`is_plumb`] then keeps locks on other file systems out.
+fn holders(path: &Path) -> Vec<u32> {
+    let (Ok(m), Ok(locks)) = (
+        fs::symlink_metadata(path),
+        fs::read_to_string("/proc/locks"),
+    ) else {
+        return Vec::new();
+    };
+    let ino = m.ino().to_string();
     // "1: FLOCK  ADVISORY  WRITE 4242 fe:00:10185010 0 EOF"; a waiter's line has "->" in it.
-    locks.lines().filter(|l| !l.contains("->")).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let same_inode = f.get(5)?.rsplit(':').next() == Some(ino.as_str());
-        (f.get(1) == Some(&"FLOCK") && same_inode)
-            .then(|| f.get(4)?.parse().ok())
-            .flatten()
-    })
+    locks
+        .lines()
+        .filter(|l| !l.contains("->"))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let same_inode = f.get(5)?.rsplit(':').next() == Some(ino.as_str());
+            (f.get(1) == Some(&"FLOCK") && same_inode)
+                .then(|| f.get(4)?.parse().ok())
+                .flatten()
+        })
+        .collect()
 }
 
 /// Whether process `pid` runs the same executable as this one (plumb): only plumb holds
@@ -312,10 +320,10 @@ mod tests {
     fn a_call_whose_own_ancestor_holds_the_lock_fails_at_once_instead_of_waiting_for_ever() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c2.lock");
-        assert_eq!(holder(&path), None, "no file, no holder");
+        assert!(holders(&path).is_empty(), "no file, no holder");
         let held = take(&path, None, || panic!("nobody holds it")).unwrap();
         let me = std::process::id();
-        assert_eq!(holder(&path), Some(me), "/proc/locks names the holder");
+        assert_eq!(holders(&path), [me], "/proc/locks names the holder");
         // A child of the holder (plumb run as its delegate) would wait on its parent for ever.
         let mut child = std::process::Command::new("sleep")
             .arg("30")
@@ -337,6 +345,6 @@ mod tests {
             "{e}"
         );
         drop(held);
-        assert_eq!(holder(&path), None, "released");
+        assert!(holders(&path).is_empty(), "released");
     }
 }
