@@ -61,6 +61,31 @@ impl From<NoTurn> for CniError {
     }
 }
 
+/// The turn of container `id`: its lock file beside its record in `records`' directory, taken
+/// as [`take`] does. `waiting` is given a line saying why the call waits, once, if it does.
+pub fn take_for(
+    records: &RecordStore,
+    id: &str,
+    requester: Option<u32>,
+    waiting: impl FnOnce(&str),
+) -> Result<Turn, NoTurn> {
+    let path = records
+        .lock_path(id)
+        .map_err(|e| NoTurn::Failed(e.into()))?;
+    take(&path, requester, || {
+        waiting(&format!(
+            "container {id}: another call for it is running (it holds {}): waiting for it to end",
+            path.display()
+        ))
+    })
+}
+
+/// The turn of container `id` if nobody holds it, else `None` at once (GC: a container with a
+/// call running is not stale).
+pub fn try_take_for(records: &RecordStore, id: &str) -> Result<Option<Turn>, CniError> {
+    acquire(&records.lock_path(id)?, FlockArg::LockExclusiveNonblock)
+}
+
 /// Waits for the lock at `path` (a validated container ID's lock file) and takes it, creating
 /// its directory (0700, as the records') and the file as needed. `waiting` is called once if
 /// another call holds it (to log why this one waits).
@@ -70,7 +95,7 @@ impl From<NoTurn> for CniError {
 /// ancestors, plumb was run as a delegate of itself for the same container (a network's
 /// configuration names plumb), and waiting would never end: the outer call waits for the
 /// delegate, which waits for the outer call. That is [`NoTurn::Nested`] at once (code 7).
-pub fn take(path: &Path, requester: Option<u32>, waiting: impl FnOnce()) -> Result<Turn, NoTurn> {
+fn take(path: &Path, requester: Option<u32>, waiting: impl FnOnce()) -> Result<Turn, NoTurn> {
     let mut waiting = Some(waiting);
     loop {
         if let Some(turn) =
@@ -171,12 +196,6 @@ fn descends_from(process: u32, ancestor: u32) -> bool {
     false
 }
 
-/// The lock at `path` if nobody holds it, else `None` at once (GC: a container with a call
-/// running is not stale).
-pub fn try_take(path: &Path) -> Result<Option<Turn>, CniError> {
-    acquire(path, FlockArg::LockExclusiveNonblock)
-}
-
 /// The lock at `path` taken `how`; `None` when a non-blocking `how` finds it held.
 fn acquire(path: &Path, how: FlockArg) -> Result<Option<Turn>, CniError> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
@@ -185,23 +204,33 @@ fn acquire(path: &Path, how: FlockArg) -> Result<Option<Turn>, CniError> {
             format!("container lock {}: {what}: {e}", path.display()),
         )
     };
-    if let Some(dir) = path.parent() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| fail("cannot create its directory", &e))?;
-    }
-    loop {
-        // O_NOFOLLOW: a symlink planted in the state directory is not followed to lock (and
-        // create) a file elsewhere.
-        let opened = OpenOptions::new()
+    // O_NOFOLLOW: a symlink planted in the state directory is not followed to lock (and
+    // create) a file elsewhere.
+    let open = || {
+        OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .mode(0o600)
             .custom_flags(OFlag::O_NOFOLLOW.bits())
-            .open(path);
+            .open(path)
+    };
+    loop {
+        let opened = match open() {
+            // The state directory is made (0700, as the records') only when missing: not one
+            // mkdir more on every call.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if let Some(dir) = path.parent() {
+                    fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(dir)
+                        .map_err(|e| fail("cannot create its directory", &e))?;
+                }
+                open()
+            }
+            opened => opened,
+        };
         let (mut file, locked) = match opened {
             Ok(file) => (file, path),
             // No room for a new file (out of blocks, inodes or quota): the call must not fail
@@ -252,14 +281,13 @@ fn acquire(path: &Path, how: FlockArg) -> Result<Option<Turn>, CniError> {
 pub fn sweep_orphans(records: &RecordStore) -> Result<Vec<PathBuf>, CniError> {
     let mut removed = Vec::new();
     for id in records.locked_ids()? {
-        let path = records.lock_path(&id)?;
-        let Some(turn) = try_take(&path)? else {
+        let Some(turn) = try_take_for(records, &id)? else {
             continue;
         };
         match fs::symlink_metadata(records.path(&id)?) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                removed.extend(turn.path.clone());
                 turn.end_for_good();
-                removed.push(path);
             }
             _ => {}
         }

@@ -418,8 +418,10 @@ fn call(
     let plugin = Plumb {
         routes: &NetlinkRoutes,
         clients: Some(Arc::clone(&shared.clients)),
-        caller: Caller::Forwarded(caller),
-        abandoned: Some(abandoned),
+        caller: Caller::Forwarded {
+            pid: caller,
+            abandoned,
+        },
     };
     let getenv = |k: &str| env.get(k).cloned();
     let mut stdout = Vec::new();

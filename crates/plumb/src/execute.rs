@@ -597,12 +597,13 @@ impl Executor<'_> {
     }
 
     /// Removes the record of a sandbox that has nothing left to undo (a failed ADD wholly
-    /// undone), for callers after which no runtime sends DEL (`plumb attach`).
-    pub fn forget_if_nothing_left(&self, container_id: &str) {
-        if let Ok(Some(r)) = self.records.load(container_id)
-            && r.attachments.is_empty()
-        {
-            let _ = self.records.remove(container_id);
+    /// undone), for callers after which no runtime sends DEL (`plumb attach`). Whether the
+    /// sandbox has no record now.
+    pub fn forget_if_nothing_left(&self, container_id: &str) -> bool {
+        match self.records.load(container_id) {
+            Ok(None) => true,
+            Ok(Some(r)) if r.attachments.is_empty() => self.records.remove(container_id).is_ok(),
+            _ => false,
         }
     }
 

@@ -159,7 +159,6 @@ fn plugin(getenv: &dyn Fn(&str) -> Option<String>) -> i32 {
         routes: &plumb::plugin::NetlinkRoutes,
         clients: None,
         caller: plumb::plugin::Caller::ThisProcess,
-        abandoned: None,
     };
     cni::skel::dispatch(&plugin, getenv, &mut &stdin[..], &mut stdout)
 }

@@ -54,28 +54,36 @@ pub struct Plumb<'a> {
     pub routes: &'a dyn DefaultRoutes,
     pub clients: Option<Arc<ClientPool>>,
     pub caller: Caller,
-    /// Set by the daemon when the plugin that forwarded the call went away (the runtime killed
-    /// it): an ADD or CHECK still waiting for its container's turn then is not run.
-    pub abandoned: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
-/// The process a call is for, so that the container lock can tell plumb run as a delegate of
-/// itself from a call that waits its turn (container_lock.rs).
-#[derive(Clone, Copy, Debug)]
+/// Who a call is for: the process, so that the container lock can tell plumb run as a
+/// delegate of itself from a call that waits its turn (container_lock.rs), and in the daemon
+/// whether that process is still there.
+#[derive(Debug)]
 pub enum Caller {
     /// The runtime started this process (thin mode, `plumb attach`/`detach`).
     ThisProcess,
-    /// The daemon runs it for the plugin process that forwarded it: its pid (`SO_PEERCRED`),
-    /// when known.
-    Forwarded(Option<u32>),
+    /// The daemon runs it for the plugin process that forwarded it.
+    Forwarded {
+        /// Its pid (`SO_PEERCRED`), when known.
+        pid: Option<u32>,
+        /// Set when it went away (the runtime killed it): an ADD or CHECK still waiting for
+        /// its container's turn then is not run.
+        abandoned: Arc<std::sync::atomic::AtomicBool>,
+    },
 }
 
 impl Caller {
-    pub fn pid(self) -> Option<u32> {
+    pub fn pid(&self) -> Option<u32> {
         match self {
             Caller::ThisProcess => Some(std::process::id()),
-            Caller::Forwarded(pid) => pid,
+            Caller::Forwarded { pid, .. } => *pid,
         }
+    }
+
+    fn abandoned(&self) -> bool {
+        matches!(self, Caller::Forwarded { abandoned, .. }
+            if abandoned.load(std::sync::atomic::Ordering::SeqCst))
     }
 }
 
@@ -161,18 +169,10 @@ impl Call {
     fn turn(
         &self,
         args: &CmdArgs,
-        caller: Caller,
+        caller: &Caller,
     ) -> Result<crate::container_lock::Turn, crate::container_lock::NoTurn> {
-        let path = self
-            .records
-            .lock_path(&args.container_id)
-            .map_err(|e| crate::container_lock::NoTurn::Failed(e.into()))?;
-        crate::container_lock::take(&path, caller.pid(), || {
-            self.log.verbose(&format!(
-                "container {}: another call for it is running (it holds {}): waiting for it to end",
-                args.container_id,
-                path.display()
-            ));
+        crate::container_lock::take_for(&self.records, &args.container_id, caller.pid(), |why| {
+            self.log.verbose(why)
         })
     }
 
@@ -463,11 +463,7 @@ impl Plumb<'_> {
     /// ADD run now would attach a sandbox the runtime may already have deleted (its DEL, sent
     /// after it killed the plugin, may have had the turn first), and nobody would undo it.
     fn not_abandoned(&self, call: &Call, args: &CmdArgs, command: &str) -> Result<(), CniError> {
-        if !self
-            .abandoned
-            .as_ref()
-            .is_some_and(|a| a.load(std::sync::atomic::Ordering::SeqCst))
-        {
+        if !self.caller.abandoned() {
             return Ok(());
         }
         let e = CniError::new(
@@ -788,12 +784,7 @@ impl Plumb<'_> {
                     }
                     // A call still running for it (its lock held) says it is not gone, or
                     // not yet: left alone, its attachments kept as live, for the next GC.
-                    let turn = match call
-                        .records
-                        .lock_path(id)
-                        .map_err(CniError::from)
-                        .and_then(|path| crate::container_lock::try_take(&path))
-                    {
+                    let turn = match crate::container_lock::try_take_for(&call.records, id) {
                         Ok(Some(turn)) => turn,
                         Ok(None) => {
                             call.log.verbose(&format!(
@@ -935,7 +926,7 @@ impl Plugin for Plumb<'_> {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let start = Instant::now();
         let call = self.call(args)?;
-        let _turn = call.turn(args, self.caller)?;
+        let _turn = call.turn(args, &self.caller)?;
         self.not_abandoned(&call, args, "ADD")?;
         let result = self.do_add(&call, args, start.elapsed()).map_err(|e| {
             let e = e.context(who(&call.pod_args, &args.container_id));
@@ -954,7 +945,7 @@ impl Plugin for Plumb<'_> {
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let call = self.call(args)?;
-        let turn = match call.turn(args, self.caller) {
+        let turn = match call.turn(args, &self.caller) {
             Ok(turn) => turn,
             // plumb run as its own delegate: every ADD of it failed here before doing anything
             // (the same error), so there is nothing to undo, and failing would keep the outer
@@ -977,7 +968,7 @@ impl Plugin for Plumb<'_> {
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let call = self.call(args)?;
-        let _turn = call.turn(args, self.caller)?;
+        let _turn = call.turn(args, &self.caller)?;
         self.not_abandoned(&call, args, "CHECK")?;
         self.executor(&call)
             .check(&call.sandbox(args))
@@ -1112,7 +1103,6 @@ mod tests {
             clients: None,
             routes: &NetlinkRoutes,
             caller: Caller::ThisProcess,
-            abandoned: None,
         }
         .do_gc(&call, &args)
         .unwrap();
@@ -1182,7 +1172,6 @@ mod tests {
             clients: None,
             routes: &NetlinkRoutes,
             caller: Caller::ThisProcess,
-            abandoned: None,
         }
         .do_del(&call, &args)
         .unwrap();

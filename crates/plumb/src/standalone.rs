@@ -175,15 +175,12 @@ impl LocalNode {
     /// `detach` of one namespace, or either and a runtime's call for the same container ID, run
     /// one at a time.
     fn turn(&self, sandbox: &Sandbox) -> Result<Turn, CniError> {
-        let path = self.records.lock_path(&sandbox.container_id)?;
-        container_lock::take(&path, Some(std::process::id()), || {
-            eprintln!(
-                "plumb: another call for container {} is running (it holds {}): waiting for it \
-                 to end",
-                sandbox.container_id,
-                path.display()
-            );
-        })
+        container_lock::take_for(
+            &self.records,
+            &sandbox.container_id,
+            Some(std::process::id()),
+            |why| eprintln!("plumb: {why}"),
+        )
         .map_err(CniError::from)
     }
 
@@ -253,8 +250,7 @@ pub fn attach(a: &AttachArgs, out: &mut dyn Write) -> Result<(), CniError> {
         Err(e) => {
             // No runtime follows a failed attach with DEL: `detach` then says nothing is
             // attached, as it is, and nothing of the sandbox is left, its lock file included.
-            exec.forget_if_nothing_left(&sandbox.container_id);
-            if matches!(node.records.load(&sandbox.container_id), Ok(None)) {
+            if exec.forget_if_nothing_left(&sandbox.container_id) {
                 turn.end_for_good();
             }
             return Err(e);

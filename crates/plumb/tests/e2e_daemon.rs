@@ -75,6 +75,16 @@ fn socket_of(c: &Cluster) -> PathBuf {
     c.node.path("run/plumb.sock")
 }
 
+/// The cluster stand-in of test `n` with a daemon serving on its socket, and the plugin's
+/// configuration naming that socket.
+fn served(n: u8) -> (Cluster, PathBuf, Daemon) {
+    let mut c = Cluster::new(n);
+    let socket = socket_of(&c);
+    let daemon = Daemon::start(&socket);
+    through(&mut c, &socket);
+    (c, socket, daemon)
+}
+
 /// The uid the tests run other users' processes as.
 const NOBODY: u32 = 65534;
 
@@ -137,10 +147,7 @@ fn open_to_others(path: &Path, mode: u32) {
 
 #[test]
 fn pods_attach_through_the_daemon_on_one_connection_to_the_api_server() {
-    let mut c = Cluster::new(230);
-    let socket = socket_of(&c);
-    let daemon = Daemon::start(&socket);
-    through(&mut c, &socket);
+    let (c, socket, daemon) = served(230);
     let mode = fs::metadata(&socket).unwrap();
     assert_eq!(
         std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
@@ -219,10 +226,7 @@ fn without_a_daemon_listening_the_plugin_runs_the_call_itself() {
 
 #[test]
 fn a_token_rotated_between_calls_is_the_one_the_daemon_sends() {
-    let mut c = Cluster::new(232);
-    let socket = socket_of(&c);
-    let _daemon = Daemon::start(&socket);
-    through(&mut c, &socket);
+    let (c, _socket, _daemon) = served(232);
     let uid = c.pod("default", "rot", json!({NETWORKS: "net-a"}));
     let ns = Netns::new();
     let pod = ("default", "rot", uid.as_str());
@@ -241,10 +245,7 @@ fn a_token_rotated_between_calls_is_the_one_the_daemon_sends() {
 
 #[test]
 fn pods_attached_together_through_the_daemon_each_get_their_networks() {
-    let mut c = Cluster::new(233);
-    let socket = socket_of(&c);
-    let _daemon = Daemon::start(&socket);
-    through(&mut c, &socket);
+    let (c, _socket, _daemon) = served(233);
     let pods: Vec<(String, String, Netns)> = (0..3)
         .map(|i| {
             let name = format!("p{i}");
@@ -313,10 +314,7 @@ fn a_daemon_does_not_take_a_socket_in_use_or_a_file_that_is_not_a_socket() {
 
 #[test]
 fn a_daemon_killed_during_an_add_fails_it_with_code_11_and_the_del_undoes_it() {
-    let mut c = Cluster::new(234);
-    let socket = socket_of(&c);
-    let daemon = Daemon::start(&socket);
-    through(&mut c, &socket);
+    let (c, _socket, daemon) = served(234);
     let uid = c.pod(
         "default",
         "cut",
@@ -358,10 +356,7 @@ fn a_daemon_killed_during_an_add_fails_it_with_code_11_and_the_del_undoes_it() {
 
 #[test]
 fn a_del_sent_while_its_add_still_runs_waits_for_it_and_undoes_it_all() {
-    let mut c = Cluster::new(235);
-    let socket = socket_of(&c);
-    let _daemon = Daemon::start(&socket);
-    through(&mut c, &socket);
+    let (c, _socket, _daemon) = served(235);
     let uid = c.pod("default", "late", json!({NETWORKS: "net-a"}));
     let pod = ("default", "late", uid.as_str());
     let ns = Netns::new();
@@ -384,10 +379,7 @@ fn a_del_sent_while_its_add_still_runs_waits_for_it_and_undoes_it_all() {
 
 #[test]
 fn a_daemon_stopped_during_an_add_finishes_it_and_answers() {
-    let mut c = Cluster::new(236);
-    let socket = socket_of(&c);
-    let daemon = Daemon::start(&socket);
-    through(&mut c, &socket);
+    let (c, socket, daemon) = served(236);
     let uid = c.pod("default", "drain", json!({NETWORKS: "net-a"}));
     let pod = ("default", "drain", uid.as_str());
     let ns = Netns::new();
@@ -415,10 +407,7 @@ fn a_daemon_stopped_during_an_add_finishes_it_and_answers() {
 
 #[test]
 fn a_del_run_in_the_plugin_while_the_daemon_drains_its_add_waits_for_it_and_undoes_it_all() {
-    let mut c = Cluster::new(237);
-    let socket = socket_of(&c);
-    let daemon = Daemon::start(&socket);
-    through(&mut c, &socket);
+    let (c, socket, daemon) = served(237);
     let uid = c.pod("default", "cross", json!({NETWORKS: "net-a"}));
     let pod = ("default", "cross", uid.as_str());
     let ns = Netns::new();
@@ -607,10 +596,7 @@ fn a_daemon_that_finds_another_starting_leaves_the_old_socket_alone() {
 
 #[test]
 fn a_call_whose_plugin_was_killed_counts_as_running_until_it_ends() {
-    let mut c = Cluster::new(239);
-    let socket = socket_of(&c);
-    let _daemon = Daemon::start(&socket);
-    through(&mut c, &socket);
+    let (c, socket, _daemon) = served(239);
     let uid = c.pod("default", "gone", json!({NETWORKS: "net-a"}));
     let ns = Netns::new();
     // The ADD's status PATCH answers 2 s late; the runtime kills the plugin meanwhile.
