@@ -16,9 +16,17 @@
 //! in thin mode takes too (container_lock.rs). A runtime that gave up waiting on an ADD (and
 //! killed the shim) may send the DEL while the daemon still runs that ADD: the DEL then waits
 //! for it and undoes all of it, where in thin mode the ADD would have been killed part-way.
+//!
+//! A daemon started on a socket another daemon serves takes it over, as Multus's does, instead
+//! of refusing to start: it binds a socket of its own beside it and renames it onto the path
+//! (`listen`). The old daemon sees within a second that the path is no longer its socket,
+//! stops taking calls, finishes those it has and waits, idle, to be stopped (`serve`). So a
+//! DaemonSet upgrade with `maxSurge` (the new pod started before the old is stopped) works, and
+//! the two daemons never run calls for one container at the same time: each call holds the
+//! container's lock, whichever process runs it.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -59,8 +67,9 @@ struct Shared {
     uid: u32,
 }
 
-/// Serves calls on `args.socket` until SIGTERM or SIGINT, then stops taking calls, waits for
-/// those running (up to [`DRAIN`]) and removes the socket.
+/// Serves calls on `args.socket` until SIGTERM or SIGINT (or until another daemon takes the
+/// socket over: `serve`), then stops taking calls, removes the socket if it is still its own
+/// and waits for the calls running (up to [`DRAIN`]).
 pub fn run(args: &Args) -> Result<(), CniError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -79,19 +88,25 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         ..Shared::default()
     });
     let socket = &args.socket;
-    // Held for the daemon's life, taken before the stale-socket check: two daemons started
-    // together would otherwise both find the old socket dead, both remove it and both bind,
-    // the first one's socket then unreachable (and removed by it at its end).
-    let _sole = sole_daemon(socket, uid)?;
-    // Bound inside the runtime (tokio's listener needs one); not one that is refused (another
-    // daemon's) is ever removed.
-    let (listener, ours) = rt.block_on(async { listen(socket) })?;
+    // Bound inside the runtime (tokio's listener needs one).
+    let (listener, ours, replaced) = rt.block_on(async { listen(socket, uid) })?;
+    match replaced {
+        Replaced::Nothing => {}
+        Replaced::Live => eprintln!(
+            "plumb daemon: took over {} from the daemon that served on it",
+            socket.display()
+        ),
+        Replaced::Stale => eprintln!(
+            "plumb daemon: replaced the stale socket {} (nothing listened on it)",
+            socket.display()
+        ),
+    }
     eprintln!("plumb daemon: serving CNI calls on {}", socket.display());
-    let served = rt.block_on(serve(listener, Arc::clone(&shared), signals));
+    let served = rt.block_on(serve(listener, socket, ours, Arc::clone(&shared), signals));
     // The socket goes first: a shim that comes now runs its call in thin mode. Only if it is
-    // still the one this daemon bound: an operator may have removed it and started another
-    // daemon on the path by hand (without the lock, so it is no proof of anything else).
-    if std::fs::symlink_metadata(socket).is_ok_and(|m| (m.dev(), m.ino()) == ours) {
+    // still the one this daemon bound: another daemon may have taken the path over (and serves
+    // on it now), or an operator removed it and started one by hand.
+    if is_ours(socket, ours) {
         let _ = std::fs::remove_file(socket);
     }
     // The runtime keeps running meanwhile: it writes the answers of the calls that finish.
@@ -180,77 +195,126 @@ fn socket_dir(path: &Path, uid: u32) -> Result<(), CniError> {
     }
 }
 
-/// The lock on `<socket>.lock`, which a daemon holds while it lives. The file is never removed
-/// (it sits in a tmpfs like /run): removing it would let a daemon that opened it just before
-/// lock an inode the next one cannot see.
-fn sole_daemon(socket: &Path, uid: u32) -> Result<nix::fcntl::Flock<std::fs::File>, CniError> {
-    socket_dir(socket, uid)?;
-    let mut name = socket.as_os_str().to_owned();
-    name.push(".lock");
-    let lock = PathBuf::from(name);
-    let fail = |what: &str, e: &dyn std::fmt::Display| socket_error(socket, what, e);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(&lock)
-        .map_err(|e| fail(&format!("cannot open {}", lock.display()), &e))?;
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
-        if e == nix::errno::Errno::EWOULDBLOCK {
-            fail(
-                "another plumb daemon is serving on it (or starting)",
-                &format!("it holds {}; stop it first", lock.display()),
-            )
-        } else {
-            fail(&format!("cannot lock {}", lock.display()), &e)
-        }
-    })
+/// What was at the socket's path before this daemon's socket replaced it.
+enum Replaced {
+    Nothing,
+    /// A socket a daemon answered on: that daemon stops taking calls once it sees (`serve`).
+    Live,
+    /// A socket nothing listened on: left by a daemon that is gone.
+    Stale,
 }
 
-/// The listening socket at `path`, 0600, and its (device, inode). A socket file left by a
-/// daemon that is gone is replaced; one a daemon still answers on, or any other file, is an
-/// error.
-fn listen(path: &Path) -> Result<(tokio::net::UnixListener, (u64, u64)), CniError> {
+/// The listening socket at `path`, 0600, its (device, inode), and what it replaced.
+///
+/// Bound under a name of its own in the same directory, then renamed onto `path`: rename(2)
+/// replaces atomically, so at every instant the path names a listening socket (a shim never
+/// finds nothing there and falls back to thin mode), and two daemons starting together cannot
+/// race on a check: the last rename wins, and the other daemon sees it lost the path. This is
+/// how a DaemonSet upgrade with `maxSurge` works: the new daemon starts beside the old one and
+/// takes its socket, and the old one, no longer reached, finishes its calls and waits to be
+/// stopped. Only a socket is ever replaced: any other file at `path` is an error, left alone.
+fn listen(
+    path: &Path,
+    uid: u32,
+) -> Result<(tokio::net::UnixListener, (u64, u64), Replaced), CniError> {
     let fail = |what: &str, e: &dyn std::fmt::Display| socket_error(path, what, e);
-    match std::fs::symlink_metadata(path) {
+    // Before anything is made: whoever may write to the directory could rename their own
+    // socket onto the path just as this daemon does.
+    socket_dir(path, uid)?;
+    let replaced = match std::fs::symlink_metadata(path) {
         Ok(m) if !m.file_type().is_socket() => {
             return Err(fail(
                 "exists and is not a socket",
                 &"remove it or choose another path",
             ));
         }
-        // A daemon of a plumb without the lock file may still answer on it.
+        // Only to say so in the log: the socket is replaced either way.
         Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
-            Ok(_) => {
-                return Err(fail(
-                    "another plumb daemon is serving on it",
-                    &"stop it first",
-                ));
-            }
-            Err(_) => {
-                std::fs::remove_file(path).map_err(|e| fail("cannot remove the old socket", &e))?
-            }
+            Ok(_) => Replaced::Live,
+            Err(_) => Replaced::Stale,
         },
-        Err(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Replaced::Nothing,
+        Err(e) => return Err(fail("cannot stat it", &e)),
+    };
+    // Named for this process: no other daemon binds it, and one left there (by a process of
+    // the same pid that died before its rename) is of no use to anyone.
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{}.new", std::process::id()));
+    let new = PathBuf::from(name);
+    let new_fail = |what: &str, e: &dyn std::fmt::Display| {
+        socket_error(path, &format!("{what} {}", new.display()), e)
+    };
+    match std::fs::remove_file(&new) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(new_fail("cannot remove the leftover", &e));
+        }
+        _ => {}
     }
-    let listener = tokio::net::UnixListener::bind(path).map_err(|e| fail("cannot listen", &e))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| fail("cannot make it 0600", &e))?;
-    let bound = std::fs::symlink_metadata(path).map_err(|e| fail("cannot stat it", &e))?;
-    Ok((listener, (bound.dev(), bound.ino())))
+    let listener =
+        tokio::net::UnixListener::bind(&new).map_err(|e| new_fail("cannot listen on", &e))?;
+    // Its identity and mode are settled before it takes the path.
+    let bound = std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| new_fail("cannot make 0600", &e))
+        .and_then(|()| std::fs::symlink_metadata(&new).map_err(|e| new_fail("cannot stat", &e)))
+        .and_then(|bound| {
+            std::fs::rename(&new, path)
+                .map(|()| bound)
+                .map_err(|e| new_fail("cannot rename onto it", &e))
+        });
+    match bound {
+        Ok(bound) => Ok((listener, (bound.dev(), bound.ino()), replaced)),
+        Err(e) => {
+            let _ = std::fs::remove_file(&new);
+            Err(e)
+        }
+    }
 }
 
+/// Whether `path` still names the socket this daemon bound (device and inode `ours`).
+fn is_ours(path: &Path, ours: (u64, u64)) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == ours)
+}
+
+/// How often a serving daemon looks whether its path still names its socket.
+const WATCH: Duration = Duration::from_secs(1);
+
+/// Serves calls until SIGTERM or SIGINT. Once `socket` no longer names the socket it bound
+/// (another daemon took it over), it stops taking calls, finishes those it has, and waits for
+/// the signal: it does not exit on its own, or a service manager or the DaemonSet would start
+/// it again, and it would take the socket back, for ever in turn.
 async fn serve(
     listener: tokio::net::UnixListener,
+    socket: &Path,
+    ours: (u64, u64),
     shared: Arc<Shared>,
     mut signals: Signals,
 ) -> Result<(), CniError> {
+    let mut listener = Some(listener);
+    let mut watch = tokio::time::interval(WATCH);
+    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let stream = tokio::select! {
             () = signals.recv() => break,
-            accepted = listener.accept() => match accepted {
+            _ = watch.tick(), if listener.is_some() => {
+                if !is_ours(socket, ours) {
+                    let lost = listener.take().expect("watched only while listening");
+                    // Removed by hand, or by a daemon that took it over and stopped since.
+                    let now = if std::fs::symlink_metadata(socket).is_ok() {
+                        "now belongs to another daemon"
+                    } else {
+                        "was removed"
+                    };
+                    eprintln!(
+                        "plumb daemon: {} {now}; taking no new calls, finishing the {} \
+                         running, then idle until stopped",
+                        socket.display(),
+                        shared.running.load(Ordering::SeqCst)
+                    );
+                    serve_queued(lost, &shared);
+                }
+                continue;
+            }
+            accepted = accept(listener.as_ref()) => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     // Out of file descriptors and the like: wait, do not spin.
@@ -260,19 +324,51 @@ async fn serve(
                 }
             },
         };
-        let shared = Arc::clone(&shared);
-        tokio::spawn(async move {
-            let peer = stream.peer_cred().ok();
-            let service = hyper::service::service_fn(move |request| {
-                answer(request, peer, Arc::clone(&shared))
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
-        });
+        spawn_connection(stream, &shared);
     }
     eprintln!("plumb daemon: stopping");
     Ok(())
+}
+
+/// The next connection on `listener`; none ever without one.
+async fn accept(
+    listener: Option<&tokio::net::UnixListener>,
+) -> std::io::Result<(tokio::net::UnixStream, tokio::net::unix::SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Serves the connections already queued on a listener whose path another daemon took, then
+/// closes it. No new one can come (the path names the other socket), but a shim that
+/// connected just before the rename would otherwise have its connection reset.
+fn serve_queued(listener: tokio::net::UnixListener, shared: &Arc<Shared>) {
+    // Still non-blocking, as tokio left it: accept until nothing is left.
+    let Ok(listener) = listener.into_std() else {
+        return;
+    };
+    while let Ok((stream, _)) = listener.accept() {
+        // An accepted socket does not inherit O_NONBLOCK, which tokio needs.
+        if stream.set_nonblocking(true).is_ok()
+            && let Ok(stream) = tokio::net::UnixStream::from_std(stream)
+        {
+            spawn_connection(stream, shared);
+        }
+    }
+}
+
+/// Answers the requests of one connection, on a task of its own.
+fn spawn_connection(stream: tokio::net::UnixStream, shared: &Arc<Shared>) {
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        let peer = stream.peer_cred().ok();
+        let service =
+            hyper::service::service_fn(move |request| answer(request, peer, Arc::clone(&shared)));
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+            .await;
+    });
 }
 
 fn reply(status: StatusCode, text: String) -> Response<Full<Bytes>> {

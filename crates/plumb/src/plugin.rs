@@ -963,6 +963,12 @@ impl Plugin for Plumb<'_> {
         })?;
         // Nothing is left of the container: its lock file goes too (container_lock.rs).
         turn.end_for_good();
+        // As for ADD: which process ran it (a daemon's log, or the runtime's) shows in whose
+        // log the line is.
+        call.log.debug(&format!(
+            "DEL of {} done",
+            who(&call.pod_args, &args.container_id)
+        ));
         Ok(())
     }
 

@@ -10,6 +10,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::cluster::{Cluster, NETWORKS};
@@ -21,6 +22,9 @@ use testkit::netns::Netns;
 /// `plumb daemon` on `socket`; killed (SIGKILL) when dropped if still running.
 struct Daemon {
     child: Option<Child>,
+    /// What it wrote on stderr so far (read as it comes, so a test can wait for a line).
+    stderr: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Daemon {
@@ -28,32 +32,84 @@ impl Daemon {
         Daemon::start_as(socket, None)
     }
 
-    /// [`Daemon::start`], run as `uid` when given.
+    /// [`Daemon::start`], run as `uid` when given. Returns once `socket` names a socket the
+    /// daemon listens on: not the one that was there before, which it replaces.
     fn start_as(socket: &Path, uid: Option<u32>) -> Daemon {
+        let before = fs::symlink_metadata(socket)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
         let mut command = Command::new(env!("CARGO_BIN_EXE_plumb"));
         command.args(["daemon", "--socket"]).arg(socket);
         if let Some(uid) = uid {
             command.uid(uid).gid(uid);
         }
-        let child = command.stderr(Stdio::piped()).spawn().unwrap();
+        let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let reader = {
+            let (mut from, to) = (child.stderr.take().unwrap(), Arc::clone(&stderr));
+            std::thread::spawn(move || {
+                let mut buf = [0; 4096];
+                while let Ok(n @ 1..) = from.read(&mut buf) {
+                    to.lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            })
+        };
+        let mut daemon = Daemon {
+            child: Some(child),
+            stderr,
+            reader: Some(reader),
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::os::unix::net::UnixStream::connect(socket).is_err() {
+        loop {
+            let now = fs::symlink_metadata(socket)
+                .ok()
+                .map(|m| (m.dev(), m.ino()));
+            if now.is_some()
+                && now != before
+                && std::os::unix::net::UnixStream::connect(socket).is_ok()
+            {
+                return daemon;
+            }
+            assert!(daemon.alive(), "plumb daemon exited: {}", daemon.said());
             assert!(Instant::now() < deadline, "plumb daemon did not listen");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Daemon { child: Some(child) }
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    /// What it wrote on stderr so far.
+    fn said(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits (10 s at most) for it to write `line` on stderr; all it wrote.
+    fn wait_for(&self, line: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let said = self.said();
+            if said.contains(line) {
+                return said;
+            }
+            assert!(Instant::now() < deadline, "no {line:?} in: {said}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// SIGTERM, then its exit status and what it wrote on stderr.
     fn stop(mut self) -> (std::process::ExitStatus, String) {
-        let child = self.child.take().unwrap();
+        let mut child = self.child.take().unwrap();
         let pid = child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status,
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let status = child.wait().unwrap();
+        self.reader.take().unwrap().join().unwrap();
+        (status, self.said())
     }
 }
 
@@ -278,38 +334,41 @@ fn pods_attached_together_through_the_daemon_each_get_their_networks() {
 }
 
 #[test]
-fn a_daemon_does_not_take_a_socket_in_use_or_a_file_that_is_not_a_socket() {
+fn a_daemon_does_not_take_a_path_that_is_not_a_socket() {
     let node = common::Node::new();
-    let socket = node.path("run/plumb.sock");
-    let first = Daemon::start(&socket);
-    let second = Command::new(env!("CARGO_BIN_EXE_plumb"))
-        .args(["daemon", "--socket"])
-        .arg(&socket)
-        .output()
-        .unwrap();
-    assert!(!second.status.success());
-    let said = String::from_utf8_lossy(&second.stderr);
-    assert!(
-        said.contains("another plumb daemon is serving on it"),
-        "{said}"
-    );
-    assert!(
-        std::os::unix::net::UnixStream::connect(&socket).is_ok(),
-        "the first daemon still serves"
-    );
-    drop(first);
-
     let file = node.path("not-a-socket");
     fs::write(&file, "keep me").unwrap();
-    let refused = Command::new(env!("CARGO_BIN_EXE_plumb"))
-        .args(["daemon", "--socket"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    let said = String::from_utf8_lossy(&refused.stderr);
-    assert!(said.contains("exists and is not a socket"), "{said}");
+    let dir = node.path("a-directory");
+    fs::create_dir(&dir).unwrap();
+    // A link to a socket a daemon serves on: still not a socket itself.
+    let served = node.path("run/plumb.sock");
+    let _daemon = Daemon::start(&served);
+    let link = node.path("a-link");
+    std::os::unix::fs::symlink(&served, &link).unwrap();
+    let before: Vec<_> = fs::read_dir(node.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    for path in [&file, &dir, &link] {
+        let said = refused(path);
+        assert!(
+            said.contains(&path.display().to_string())
+                && said.contains("exists and is not a socket"),
+            "{said}"
+        );
+    }
     assert_eq!(fs::read_to_string(&file).unwrap(), "keep me");
+    assert!(fs::symlink_metadata(&dir).unwrap().is_dir());
+    assert_eq!(fs::read_link(&link).unwrap(), served);
+    let after: Vec<_> = fs::read_dir(node.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(before, after, "nothing made beside them");
+    assert!(
+        healthz(&served).starts_with("ok:"),
+        "the served socket is left alone"
+    );
 }
 
 #[test]
@@ -572,26 +631,151 @@ fn a_stopping_daemon_leaves_a_socket_that_is_not_its_own() {
 }
 
 #[test]
-fn a_daemon_that_finds_another_starting_leaves_the_old_socket_alone() {
+fn a_daemon_replaces_a_stale_socket_even_while_another_holds_the_old_lock_beside_it() {
     let node = common::Node::new();
     let socket = node.path("run/plumb.sock");
     fs::create_dir(node.path("run")).unwrap();
     // A socket left by a daemon that is gone.
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
     let stale = fs::metadata(&socket).unwrap().ino();
-    // Another daemon is starting: it holds the lock beside the socket.
+    // An older plumb daemon starting: it holds the `<socket>.lock` that plumb once took. Not a
+    // reason to refuse any more (the last daemon to start takes the socket).
     let lock = fs::File::create(node.path("run/plumb.sock.lock")).unwrap();
     let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).unwrap();
-    let said = refused(&socket);
+    let daemon = Daemon::start(&socket);
+    let said = daemon.wait_for("serving CNI calls on");
     assert!(
-        said.contains("another plumb daemon is serving on it"),
+        said.contains(&format!(
+            "replaced the stale socket {} (nothing listened on it)",
+            socket.display()
+        )),
         "{said}"
     );
+    assert_ne!(fs::metadata(&socket).unwrap().ino(), stale);
     assert_eq!(
-        fs::metadata(&socket).unwrap().ino(),
-        stale,
-        "the old socket is the starting daemon's to replace"
+        fs::metadata(&socket).unwrap().permissions().mode() & 0o777,
+        0o600
     );
+    assert!(healthz(&socket).starts_with("ok:"));
+    // Nothing left beside the socket but the old lock file: the name it was bound under is gone.
+    let mut beside: Vec<_> = fs::read_dir(node.path("run"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    beside.sort();
+    assert_eq!(beside, ["plumb.sock", "plumb.sock.lock"]);
+    let (status, stderr) = daemon.stop();
+    assert!(status.success(), "{stderr}");
+    assert!(!socket.exists());
+}
+
+/// Whether the plugin's call went to a daemon (it did not run the call itself).
+fn forwarded(out: &std::process::Output) -> bool {
+    !String::from_utf8_lossy(&out.stderr).contains("running the call in this process")
+}
+
+#[test]
+fn a_daemon_started_beside_another_takes_over_its_socket_and_the_old_one_drains_on_sigterm() {
+    let (c, socket, mut old) = served(240);
+    let first = c.pod("default", "first", json!({NETWORKS: "net-a"}));
+    let second = c.pod("default", "second", json!({NETWORKS: "net-a"}));
+    let first = ("default", "first", first.as_str());
+    let second = ("default", "second", second.as_str());
+    let (ns1, ns2) = (Netns::new(), Netns::new());
+    let add = c.call("ADD", &ns1, first, "o1");
+    ok(&add);
+    assert!(forwarded(&add));
+    old.wait_for("ADD of pod default/first (container o1) done");
+    assert_eq!(c.api.connections_accepted(), 1);
+
+    // The upgrade's new daemon, started while the old one serves (maxSurge).
+    let new = Daemon::start(&socket);
+    let said = new.wait_for("serving CNI calls on");
+    assert!(
+        said.contains(&format!(
+            "took over {} from the daemon that served on it",
+            socket.display()
+        )),
+        "{said}"
+    );
+    old.wait_for(&format!(
+        "{} now belongs to another daemon; taking no new calls, finishing the 0 running, \
+         then idle until stopped",
+        socket.display()
+    ));
+
+    // Calls go to the new daemon: its log has them, the old one's not, and it opened a
+    // connection of its own to the API server.
+    let add = c.call("ADD", &ns2, second, "t2");
+    ok(&add);
+    assert!(forwarded(&add));
+    new.wait_for("ADD of pod default/second (container t2) done");
+    assert_eq!(c.api.connections_accepted(), 2);
+    let del = c.call("DEL", &ns1, first, "o1");
+    ok(&del);
+    assert!(forwarded(&del));
+    new.wait_for("DEL of pod default/first (container o1) done");
+    assert_eq!(ns1.links(), ["lo"]);
+    assert!(!c.node.record("o1").exists());
+    assert!(old.alive(), "the old daemon waits to be stopped");
+
+    // The new pod ready, the old one is stopped: it exits, leaving the new daemon's socket.
+    let (status, said) = old.stop();
+    assert!(status.success(), "{said}");
+    assert!(
+        !said.contains("container t2") && !said.contains("DEL of"),
+        "the old daemon ran no call after the take-over: {said}"
+    );
+    assert!(socket.exists());
+    assert!(healthz(&socket).starts_with("ok:"));
+    let del = c.call("DEL", &ns2, second, "t2");
+    ok(&del);
+    assert!(forwarded(&del));
+    new.wait_for("DEL of pod default/second (container t2) done");
+    c.assert_nothing_left(&ns2, "t2");
+    assert!(!c.node.record("o1").exists());
+
+    let (status, said) = new.stop();
+    assert!(status.success(), "{said}");
+    assert!(!said.contains("ADD of pod default/first"), "{said}");
+    assert!(!socket.exists(), "the new daemon removes its socket");
+}
+
+#[test]
+fn a_call_the_old_daemon_runs_when_another_takes_over_finishes_and_answers() {
+    let (c, socket, old) = served(241);
+    let uid = c.pod("default", "busy", json!({NETWORKS: "net-a"}));
+    let pod = ("default", "busy", uid.as_str());
+    let ns = Netns::new();
+    // The status PATCH answers late; the new daemon takes over meanwhile.
+    c.api.add_fault(
+        Fault::new(FaultKind::Latency(Duration::from_millis(2500)))
+            .method("PATCH")
+            .times(1),
+    );
+    std::thread::scope(|s| {
+        let add = s.spawn(|| c.call("ADD", &ns, pod, "b1"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !healthz(&socket).starts_with("ok: 1 calls running") {
+            assert!(Instant::now() < deadline, "{}", healthz(&socket));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let new = Daemon::start(&socket);
+        old.wait_for("now belongs to another daemon; taking no new calls, finishing the 1 running");
+        let add = add.join().unwrap();
+        let result = ok(&add);
+        assert!(forwarded(&add));
+        assert_eq!(result["ips"][0]["address"], "10.241.1.2/24");
+        old.wait_for("ADD of pod default/busy (container b1) done");
+        assert!(c.status_of("default", "busy").is_some(), "status written");
+        let (status, said) = old.stop();
+        assert!(status.success(), "{said}");
+        let del = c.call("DEL", &ns, pod, "b1");
+        ok(&del);
+        assert!(forwarded(&del));
+        drop(new);
+    });
+    c.assert_nothing_left(&ns, "b1");
 }
 
 #[test]
