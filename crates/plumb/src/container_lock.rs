@@ -19,6 +19,9 @@
 //! whose container has no lock file yet takes turns on the state directory instead: a DEL must
 //! not fail for want of an empty file on a full node, where the kubelet evicts pods to make room.
 //!
+//! A call that waits says so, naming the holder; one that waits long (a call for the container
+//! that does not end, holding back every later one) says so as an error ([`Waiting`]).
+//!
 //! One wait would never end: plumb run as a delegate of plumb itself for the same container (a
 //! network's configuration names plumb), the outer call holding the lock while it waits for its
 //! delegate. A call that finds the lock held by its own process's ancestor (`/proc/locks` names
@@ -28,6 +31,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 use cni::error::{CniError, ErrorCode};
 use nix::errno::Errno;
@@ -61,23 +66,74 @@ impl From<NoTurn> for CniError {
     }
 }
 
+/// How long a call waits for its container's turn before it says so as an error, and then how
+/// often it says it again: a call for the same container that runs this long is stuck (a
+/// delegate that does not return), and every later call for the container waits behind it.
+const LONG_WAIT: Duration = Duration::from_secs(10);
+const STILL_WAITING_EVERY: Duration = Duration::from_secs(60);
+
+/// What a call waiting for its container's turn says ([`take_for`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    /// Once, when it starts to wait: another call for the container is running (normal: a DEL
+    /// sent while its ADD still runs).
+    Begins,
+    /// After [`LONG_WAIT`], and every [`STILL_WAITING_EVERY`] after that: something is stuck.
+    Long,
+}
+
 /// The turn of container `id`: its lock file beside its record in `records`' directory, taken
-/// as [`take`] does. `waiting` is given a line saying why the call waits, once, if it does.
+/// as [`take`] does. A call that has to wait is given to `say`, with a line naming the process
+/// that holds the lock: once when it begins to wait, then as [`Waiting::Long`] while the wait
+/// goes on (from a thread of its own, as the waiting one is blocked in `flock`).
 pub fn take_for(
     records: &RecordStore,
     id: &str,
     requester: Option<u32>,
-    waiting: impl FnOnce(&str),
+    say: &(dyn Fn(Waiting, &str) + Sync),
 ) -> Result<Turn, NoTurn> {
     let path = records
         .lock_path(id)
         .map_err(|e| NoTurn::Failed(e.into()))?;
-    take(&path, requester, || {
-        waiting(&format!(
-            "container {id}: another call for it is running (it holds {}): waiting for it to end",
-            path.display()
-        ))
+    take(&path, requester, |holders, waited| {
+        let held = format!("{} holds {}", who_holds(holders), path.display());
+        match waited {
+            None => say(
+                Waiting::Begins,
+                &format!(
+                    "container {id}: another call for it is running ({held}): waiting for it to end"
+                ),
+            ),
+            Some(waited) => say(
+                Waiting::Long,
+                &format!(
+                    "container {id}: still waiting after {} s for the call running for it to end \
+                     ({held}); every later call for this container waits behind it",
+                    waited.as_secs()
+                ),
+            ),
+        }
     })
+}
+
+/// The processes in `holders` for a log line: "process 42 (plumb)", "this process".
+fn who_holds(holders: &[u32]) -> String {
+    if holders.is_empty() {
+        return "a process /proc/locks does not name".into();
+    }
+    let names: Vec<String> = holders
+        .iter()
+        .map(|&pid| {
+            if pid == std::process::id() {
+                return "this process (another of its calls)".into();
+            }
+            match fs::read_to_string(format!("/proc/{pid}/comm")) {
+                Ok(comm) => format!("process {pid} ({})", comm.trim_end()),
+                Err(_) => format!("process {pid}"),
+            }
+        })
+        .collect();
+    names.join(", ")
 }
 
 /// The turn of container `id` if nobody holds it, else `None` at once (GC: a container with a
@@ -87,27 +143,34 @@ pub fn try_take_for(records: &RecordStore, id: &str) -> Result<Option<Turn>, Cni
 }
 
 /// Waits for the lock at `path` (a validated container ID's lock file) and takes it, creating
-/// its directory (0700, as the records') and the file as needed. `waiting` is called once if
-/// another call holds it (to log why this one waits).
+/// its directory (0700, as the records') and the file as needed. If another call holds it,
+/// `waiting` is called with the holders (`/proc/locks`) once when the wait begins (`None`), and
+/// with the time waited after [`LONG_WAIT`] and every [`STILL_WAITING_EVERY`] after that.
 ///
 /// `requester` is the process the call is for: this one in thin mode, the plugin that forwarded
 /// it in the daemon (`None`: not known). When the lock's holder is that process or one of its
 /// ancestors, plumb was run as a delegate of itself for the same container (a network's
 /// configuration names plumb), and waiting would never end: the outer call waits for the
 /// delegate, which waits for the outer call. That is [`NoTurn::Nested`] at once (code 7).
-fn take(path: &Path, requester: Option<u32>, waiting: impl FnOnce()) -> Result<Turn, NoTurn> {
-    let mut waiting = Some(waiting);
+fn take(
+    path: &Path,
+    requester: Option<u32>,
+    waiting: impl Fn(&[u32], Option<Duration>) + Sync,
+) -> Result<Turn, NoTurn> {
+    let mut first = true;
     loop {
         if let Some(turn) =
             acquire(path, FlockArg::LockExclusiveNonblock).map_err(NoTurn::Failed)?
         {
             return Ok(turn);
         }
+        let holding = holders(path);
         // Only before the first wait: after one, the requester (a forwarding plugin the
         // runtime may have killed meanwhile) may be gone and its pid someone else's.
-        if let Some(requester) = requester.filter(|_| waiting.is_some())
-            && let Some(holder) = holders(path)
-                .into_iter()
+        if let Some(requester) = requester.filter(|_| first)
+            && let Some(holder) = holding
+                .iter()
+                .copied()
                 .find(|h| is_plumb(*h) && descends_from(requester, *h))
         {
             return Err(NoTurn::Nested(CniError::new(
@@ -121,10 +184,31 @@ fn take(path: &Path, requester: Option<u32>, waiting: impl FnOnce()) -> Result<T
                 ),
             )));
         }
-        if let Some(waiting) = waiting.take() {
-            waiting();
+        if first {
+            first = false;
+            waiting(&holding, None);
         }
-        if let Some(turn) = acquire(path, FlockArg::LockExclusive).map_err(NoTurn::Failed)? {
+        // flock(2) has no timeout: a watcher beside the wait says when it goes on too long.
+        let (done, ended) = mpsc::channel::<()>();
+        let acquired = std::thread::scope(|scope| {
+            let waiting = &waiting;
+            scope.spawn(move || {
+                let started = Instant::now();
+                let mut next = LONG_WAIT;
+                while let Err(RecvTimeoutError::Timeout) =
+                    ended.recv_timeout(next.saturating_sub(started.elapsed()))
+                {
+                    // Asked again: the call it waited for may have ended, and another
+                    // come before this one.
+                    waiting(&holders(path), Some(started.elapsed()));
+                    next += STILL_WAITING_EVERY;
+                }
+            });
+            let acquired = acquire(path, FlockArg::LockExclusive);
+            drop(done);
+            acquired
+        });
+        if let Some(turn) = acquired.map_err(NoTurn::Failed)? {
             return Ok(turn);
         }
     }
@@ -315,13 +399,13 @@ mod tests {
     fn a_second_taker_waits_for_the_first_even_when_the_file_is_removed_meanwhile() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state/c1.lock");
-        let first = take(&path, None, || panic!("nobody holds it")).unwrap();
+        let first = take(&path, None, |_, _| panic!("nobody holds it")).unwrap();
         let (tx, rx) = mpsc::channel();
         let waiter = {
             let path = path.clone();
             let waited = tx.clone();
             std::thread::spawn(move || {
-                let second = take(&path, None, move || waited.send("waits").unwrap()).unwrap();
+                let second = take(&path, None, move |_, _| waited.send("waits").unwrap()).unwrap();
                 tx.send("took it").unwrap();
                 second
             })
@@ -349,7 +433,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c2.lock");
         assert!(holders(&path).is_empty(), "no file, no holder");
-        let held = take(&path, None, || panic!("nobody holds it")).unwrap();
+        let held = take(&path, None, |_, _| panic!("nobody holds it")).unwrap();
         let me = std::process::id();
         assert_eq!(holders(&path), [me], "/proc/locks names the holder");
         // A child of the holder (plumb run as its delegate) would wait on its parent for ever.
@@ -360,7 +444,8 @@ mod tests {
         assert!(descends_from(child.id(), me));
         assert!(!descends_from(me, child.id()));
         assert!(is_plumb(me) && !is_plumb(child.id()), "by executable");
-        let Err(NoTurn::Nested(e)) = take(&path, Some(child.id()), || panic!("it must not wait"))
+        let Err(NoTurn::Nested(e)) =
+            take(&path, Some(child.id()), |_, _| panic!("it must not wait"))
         else {
             panic!("taken, or failed otherwise");
         };

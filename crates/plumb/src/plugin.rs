@@ -170,10 +170,17 @@ impl Call {
         &self,
         args: &CmdArgs,
         caller: &Caller,
+        command: &str,
     ) -> Result<crate::container_lock::Turn, crate::container_lock::NoTurn> {
-        crate::container_lock::take_for(&self.records, &args.container_id, caller.pid(), |why| {
-            self.log.verbose(why)
-        })
+        use crate::container_lock::Waiting;
+        let log = &self.log;
+        // Waiting for another call of the container is normal; waiting long is not, and is
+        // what an operator looking at a pod stuck in ContainerCreating needs to see.
+        let say = |w: Waiting, line: &str| match w {
+            Waiting::Begins => log.verbose(&format!("{command}: {line}")),
+            Waiting::Long => log.error(&format!("{command}: {line}")),
+        };
+        crate::container_lock::take_for(&self.records, &args.container_id, caller.pid(), &say)
     }
 
     /// The API client, when plumb has a kubeconfig. A kubeconfig that cannot be used is an
@@ -926,7 +933,7 @@ impl Plugin for Plumb<'_> {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let start = Instant::now();
         let call = self.call(args)?;
-        let _turn = call.turn(args, &self.caller)?;
+        let _turn = call.turn(args, &self.caller, "ADD")?;
         self.not_abandoned(&call, args, "ADD")?;
         let result = self.do_add(&call, args, start.elapsed()).map_err(|e| {
             let e = e.context(who(&call.pod_args, &args.container_id));
@@ -945,7 +952,7 @@ impl Plugin for Plumb<'_> {
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let call = self.call(args)?;
-        let turn = match call.turn(args, &self.caller) {
+        let turn = match call.turn(args, &self.caller, "DEL") {
             Ok(turn) => turn,
             // plumb run as its own delegate: every ADD of it failed here before doing anything
             // (the same error), so there is nothing to undo, and failing would keep the outer
@@ -974,7 +981,7 @@ impl Plugin for Plumb<'_> {
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let call = self.call(args)?;
-        let _turn = call.turn(args, &self.caller)?;
+        let _turn = call.turn(args, &self.caller, "CHECK")?;
         self.not_abandoned(&call, args, "CHECK")?;
         self.executor(&call)
             .check(&call.sandbox(args))

@@ -179,7 +179,7 @@ impl LocalNode {
             &self.records,
             &sandbox.container_id,
             Some(std::process::id()),
-            |why| eprintln!("plumb: {why}"),
+            &|_, why: &str| eprintln!("plumb: {why}"),
         )
         .map_err(CniError::from)
     }

@@ -983,3 +983,48 @@ fn del_works_on_a_state_directory_with_no_room_for_a_lock_file() {
     assert_eq!(ns.links(), ["lo"]);
     assert_eq!(node.all_allocations(), 0);
 }
+
+#[test]
+fn a_call_that_waits_long_for_its_container_says_so_as_an_error_naming_who_holds_it() {
+    // A DEL queued behind a call that does not end (a delegate that hangs) used to wait without
+    // a word at the error level: an operator looking at a pod stuck in Terminating found
+    // nothing in plumb's log. A short wait (a DEL behind its ADD) is normal and no error; past
+    // 10 s the call says, as an error, what it waits for and which process holds the lock.
+    testkit::netns::require_root();
+    let node = Node::new();
+    let (_a, _b, mut config) = two_fakes(&node);
+    let log = node.path("plumb.log");
+    config["logLevel"] = json!("error");
+    config["logFile"] = json!(log);
+    ok(&fake_call(&config, "ADD", "c-held"));
+    let held = common::hold_lock(&node.state_dir().join("c-held.lock"));
+    let started = std::time::Instant::now();
+    let del = std::thread::spawn({
+        let config = config.clone();
+        move || fake_call(&config, "DEL", "c-held")
+    });
+    let logged = || fs::read_to_string(&log).unwrap_or_default();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(
+        !del.is_finished(),
+        "DEL ran beside the call holding the lock"
+    );
+    assert_eq!(logged(), "", "a short wait is logged as an error");
+    let expected = format!("process {} (flock) holds", held.pid());
+    while !logged().contains(&expected) && started.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let line = logged();
+    assert!(
+        line.contains("DEL: container c-held: still waiting after 10 s for the call running")
+            && line.contains(&expected),
+        "{line}"
+    );
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(10),
+        "{line}"
+    );
+    drop(held);
+    ok(&del.join().unwrap());
+    assert_eq!(state_files(&node), Vec::<String>::new());
+}

@@ -285,6 +285,14 @@ pub struct HeldLock {
     stdin: Option<std::process::ChildStdin>,
 }
 
+impl HeldLock {
+    /// The process holding the lock (util-linux `flock`).
+    #[allow(dead_code)] // not every test binary that includes this module asks
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for HeldLock {
     fn drop(&mut self) {
         drop(self.stdin.take());
