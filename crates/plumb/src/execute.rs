@@ -29,6 +29,7 @@ use serde_json::Value;
 
 use crate::devices::{device_info_path, prepare_device_info_file};
 use crate::plan::{Attachment, Pod};
+use crate::plugin::NETWORKS_ARG;
 use crate::record::{RECORD_VERSION, Record, RecordStore, RecordedAttachment};
 
 /// Where default routes are changed (the pod's netns, through netlink in production).
@@ -78,9 +79,23 @@ fn runtime_conf(sandbox: &Sandbox, netns: &str, a: &RecordedAttachment) -> Runti
         container_id: sandbox.container_id.clone(),
         netns: netns.to_string(),
         ifname: a.ifname.clone(),
-        args: sandbox.cni_args.clone(),
+        args: delegate_args(&sandbox.cni_args),
         capability_args: a.capability_args.clone(),
     }
+}
+
+/// The runtime's `CNI_ARGS` as the delegates get them: all but plumb's own selection
+/// ([`NETWORKS_ARG`]). The reference plugins refuse a key they do not know unless the runtime
+/// also gave `IgnoreUnknown=1`, so passing it on failed the first delegate, then the rollback,
+/// and every later DEL (which replays the record's arguments) for ever. Filtered here, where
+/// every delegate call's arguments are made, so a record that holds the key (every record
+/// holds the runtime's arguments as they came) is undone too.
+fn delegate_args(runtime_args: &[(String, String)]) -> Vec<(String, String)> {
+    runtime_args
+        .iter()
+        .filter(|(k, _)| k != NETWORKS_ARG)
+        .cloned()
+        .collect()
 }
 
 /// The whole list as JSON, every plugin included (a `.conflist` read from disk may have taken

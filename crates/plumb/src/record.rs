@@ -45,6 +45,11 @@ pub enum RecordError {
          ({depth} levels) could not be read back, by DEL or GC ({MAX_NESTING} at most)"
     )]
     TooDeep { what: String, depth: usize },
+    #[error(
+        "{what}: its configuration makes the attachment record {size} bytes, more than DEL and \
+         GC read back ({MAX_RECORD} at most)"
+    )]
+    TooLarge { what: String, size: u64 },
 }
 
 impl From<RecordError> for cni::CniError {
@@ -55,7 +60,9 @@ impl From<RecordError> for cni::CniError {
                 cni::ErrorCode::DecodingFailure
             }
             RecordError::Io { .. } => cni::ErrorCode::Io,
-            RecordError::TooDeep { .. } => cni::ErrorCode::InvalidConfig,
+            RecordError::TooDeep { .. } | RecordError::TooLarge { .. } => {
+                cni::ErrorCode::InvalidConfig
+            }
         };
         cni::CniError::new(code, e.to_string())
     }
@@ -128,15 +135,29 @@ fn nesting(bytes: &[u8]) -> usize {
 
 /// The error for `record`, nested `depth` deep, naming the attachment that makes it so.
 fn too_deep(record: &Record, depth: usize) -> RecordError {
-    let deepest = record
+    let what = naming(record, nesting);
+    RecordError::TooDeep { what, depth }
+}
+
+fn too_large(record: &Record, size: usize) -> RecordError {
+    let what = naming(record, |bytes| bytes.len());
+    RecordError::TooLarge {
+        what,
+        size: size as u64,
+    }
+}
+
+/// The attachment of `record` that `measure` (of its JSON) finds largest, for an error: the
+/// network to look at.
+fn naming(record: &Record, measure: impl Fn(&[u8]) -> usize) -> String {
+    let largest = record
         .attachments
         .iter()
-        .max_by_key(|a| serde_json::to_vec(a).map_or(0, |bytes| nesting(&bytes)));
-    let what = match deepest {
+        .max_by_key(|a| serde_json::to_vec(a).map_or(0, |bytes| measure(&bytes)));
+    match largest {
         Some(a) => format!("network {} interface {}", a.network, a.ifname),
         None => format!("container {}", record.container_id),
-    };
-    RecordError::TooDeep { what, depth }
+    }
 }
 
 /// One attachment of the sandbox, with everything DEL needs to undo it.
@@ -236,6 +257,11 @@ impl RecordStore {
         let depth = nesting(&bytes);
         if depth > MAX_NESTING {
             return Err(too_deep(record, depth));
+        }
+        // Refused now, before any delegate runs, rather than written and then refused by every
+        // DEL (load reads at most MAX_RECORD), which would keep the sandbox for ever.
+        if bytes.len() as u64 > MAX_RECORD {
+            return Err(too_large(record, bytes.len()));
         }
         cni::cache::stage(&path, &bytes).map_err(|e| RecordError::Io {
             path: path.clone(),
@@ -451,6 +477,30 @@ mod tests {
             "plugins": [{"type": "bridge", "x": "[[[[{{{{\\\"".repeat(100)}]});
         store.save(&r).unwrap();
         assert_eq!(store.load("abc123").unwrap().unwrap(), r);
+    }
+
+    #[test]
+    fn a_record_too_large_to_read_back_is_refused_before_it_is_recorded() {
+        // DEL reads at most MAX_RECORD bytes of a record; ADD wrote larger ones (a huge inline
+        // delegate configuration, stored twice per attachment), which every DEL then refused.
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let mut r = record();
+        let big = "x".repeat(usize::try_from(MAX_RECORD).unwrap() / 2 + 1);
+        r.attachments[0].config = json!({"cniVersion": "1.0.0", "name": "n",
+            "plugins": [{"type": "bridge", "x": big}]});
+        r.attachments[0].network_config = Some(r.attachments[0].config.clone());
+        let e = store.save(&r).unwrap_err();
+        assert_eq!(e.code, 7, "{e}");
+        assert!(
+            e.msg.contains("network default/net-a interface net1") && e.msg.contains("bytes"),
+            "{e}"
+        );
+        assert_eq!(
+            fs::read_dir(d.path()).unwrap().count(),
+            0,
+            "nothing written"
+        );
     }
 
     #[test]

@@ -283,6 +283,15 @@ fn the_cni_plugin_without_kubernetes_reads_nads_from_files() {
     // A selection naming a NAD the files do not have fails, naming it.
     let e = err(&call("ADD", "IgnoreUnknown=1;PLUMB_NETWORKS=nope"));
     assert!(e["msg"].as_str().unwrap().contains("default/nope"), "{e}");
+    // Without IgnoreUnknown, as docs/configuration.md shows it: PLUMB_NETWORKS is plumb's key,
+    // not the delegates'. Passed on, the reference plugins refused it ("unknown args"), the
+    // rollback failed the same way, and DEL (replaying the recorded arguments) for ever.
+    ok(&call("ADD", "PLUMB_NETWORKS=br"));
+    // host-local hands out the next address of the range after the one released above.
+    assert_eq!(ns.addresses("net1"), ["10.219.2.3/24"]);
+    ok(&call("DEL", "PLUMB_NETWORKS=br"));
+    assert_eq!(ns.links(), ["lo"]);
+    assert_eq!(node.all_allocations(), 0);
 }
 
 #[test]
