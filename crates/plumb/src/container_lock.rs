@@ -19,6 +19,10 @@
 //! whose container has no lock file yet takes turns on the state directory instead: a DEL must
 //! not fail for want of an empty file on a full node, where the kubelet evicts pods to make room.
 //!
+//! In a process that runs one call (thin mode, `plumb attach`), the delegates inherit the lock
+//! ([`Turn::share_with_children`]): a delegate left running when the runtime killed plumb holds
+//! back the DEL that follows until it has finished, and the DEL then undoes it too.
+//!
 //! A call that waits says so, naming the holder; one that waits long (a call for the container
 //! that does not end, holding back every later one) says so as an error ([`Waiting`]).
 //!
@@ -108,11 +112,64 @@ pub fn take_for(
                 Waiting::Long,
                 &format!(
                     "container {id}: still waiting after {} s for the call running for it to end \
-                     ({held}); every later call for this container waits behind it",
-                    waited.as_secs()
+                     ({held}{}); every later call for this container waits behind it",
+                    waited.as_secs(),
+                    left_to(&path, holders)
                 ),
             ),
         }
+    })
+}
+
+/// When a holder is gone, who holds its lock now: a call's delegates share its turn
+/// ([`Turn::share_with_children`]), so a delegate left running when its plumb was killed holds
+/// the lock that `/proc/locks` still names the dead process for. Found by looking through every
+/// process's open files, which only a wait that goes on long does.
+fn left_to(path: &Path, holders: &[u32]) -> String {
+    if holders
+        .iter()
+        .all(|pid| Path::new(&format!("/proc/{pid}")).exists())
+    {
+        return String::new();
+    }
+    let Ok(file) = fs::metadata(path).map(|m| (m.dev(), m.ino())) else {
+        return String::new();
+    };
+    let Ok(processes) = fs::read_dir("/proc") else {
+        return String::new();
+    };
+    let open: Vec<u32> = processes
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        // This process has it open to wait for it, as have the other calls waiting.
+        .filter(|&pid| pid != std::process::id() && !waits_for(pid, file.1))
+        .filter(|pid| {
+            fs::read_dir(format!("/proc/{pid}/fd"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|fd| fs::metadata(fd.path()).is_ok_and(|m| (m.dev(), m.ino()) == file))
+        })
+        .collect();
+    if open.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; that process is gone, and the lock is held by what it started: {}",
+        who_holds(&open)
+    )
+}
+
+/// Whether process `pid` is waiting for a `flock` on a file with inode number `ino`
+/// (`/proc/locks` lists waiters with "->").
+fn waits_for(pid: u32, ino: u64) -> bool {
+    let ino = ino.to_string();
+    fs::read_to_string("/proc/locks").is_ok_and(|locks| {
+        locks.lines().filter(|l| l.contains("->")).any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // "1: -> FLOCK  ADVISORY  WRITE 4243 fe:00:10185010 0 EOF"
+            f.get(5) == Some(&pid.to_string().as_str())
+                && f.get(6).and_then(|d| d.rsplit(':').next()) == Some(ino.as_str())
+        })
     })
 }
 
@@ -380,6 +437,31 @@ pub fn sweep_orphans(records: &RecordStore) -> Result<Vec<PathBuf>, CniError> {
 }
 
 impl Turn {
+    /// Shares the turn with the processes this one starts from now on (the delegates, and the
+    /// IPAM plugins they start in turn): the lock is then released only when the last of them
+    /// has exited, not when this process does. The runtime kills a plugin whose deadline
+    /// passed, and sends DEL at once; the delegate the plugin was running went on and finished
+    /// its ADD after that DEL, which had found the lock free and undone the record, so the
+    /// interface and address it made were left to nobody. Now the DEL waits for it, then
+    /// undoes it too.
+    ///
+    /// Only in a process that runs one call (thin mode, `plumb attach`): in the daemon, every
+    /// call's delegates would inherit the locks of the calls running beside it.
+    pub fn share_with_children(&self) -> Result<(), CniError> {
+        use std::os::fd::AsFd;
+        nix::fcntl::fcntl(
+            self._lock.as_fd(),
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+        )
+        .map(drop)
+        .map_err(|e| {
+            CniError::new(
+                ErrorCode::Io,
+                format!("container lock: cannot share it with the delegates: {e}"),
+            )
+        })
+    }
+
     /// Ends the turn of a container that is gone (a successful DEL): its lock file is removed
     /// while still held, so a call waiting on it starts again on a new file (see the module).
     pub fn end_for_good(self) {

@@ -180,7 +180,15 @@ impl Call {
             Waiting::Begins => log.verbose(&format!("{command}: {line}")),
             Waiting::Long => log.error(&format!("{command}: {line}")),
         };
-        crate::container_lock::take_for(&self.records, &args.container_id, caller.pid(), &say)
+        let turn =
+            crate::container_lock::take_for(&self.records, &args.container_id, caller.pid(), &say)?;
+        // A process that runs this call alone lets its delegates hold the turn with it, so
+        // that one left running by a kill of this process still holds back the next call.
+        if let Caller::ThisProcess = caller {
+            turn.share_with_children()
+                .map_err(crate::container_lock::NoTurn::Failed)?;
+        }
+        Ok(turn)
     }
 
     /// The API client, when plumb has a kubeconfig. A kubeconfig that cannot be used is an

@@ -175,13 +175,17 @@ impl LocalNode {
     /// `detach` of one namespace, or either and a runtime's call for the same container ID, run
     /// one at a time.
     fn turn(&self, sandbox: &Sandbox) -> Result<Turn, CniError> {
-        container_lock::take_for(
+        let turn = container_lock::take_for(
             &self.records,
             &sandbox.container_id,
             Some(std::process::id()),
             &|_, why: &str| eprintln!("plumb: {why}"),
         )
-        .map_err(CniError::from)
+        .map_err(CniError::from)?;
+        // As the CNI plugin does in thin mode: a delegate left running by a kill of this
+        // process still holds back the next call for the sandbox.
+        turn.share_with_children()?;
+        Ok(turn)
     }
 
     fn executor(&self) -> Executor<'_> {

@@ -1028,3 +1028,95 @@ fn a_call_that_waits_long_for_its_container_says_so_as_an_error_naming_who_holds
     ok(&del.join().unwrap());
     assert_eq!(state_files(&node), Vec::<String>::new());
 }
+
+#[test]
+fn a_delegate_left_running_by_a_killed_plumb_holds_back_the_del_which_then_undoes_it() {
+    // The runtime kills a plugin whose deadline passed and sends DEL at once. The delegate
+    // plumb was running went on: it finished its ADD after the DEL had found the container
+    // free, undone the record and gone, leaving an interface and an address nobody would
+    // undo. The delegates now share plumb's turn: the DEL waits for the one left running,
+    // then undoes what it made too.
+    use std::os::unix::fs::PermissionsExt;
+    let started = std::cell::OnceCell::new();
+    let p = pod(|node| {
+        let bin = node.path("bin");
+        fs::create_dir_all(&bin).unwrap();
+        let marker = node.path("slow-started");
+        let script = bin.join("slow-bridge");
+        fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n[ \"$CNI_COMMAND\" = ADD ] && touch {} && sleep 11\nexec {}/bridge \"$@\"\n",
+                marker.display(),
+                common::PLUGINS
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+        started.set(marker).unwrap();
+        let (a, b) = (unique_name("pa"), unique_name("pb"));
+        let mut slow = node.bridge("net-b", &b, 49);
+        slow["type"] = json!("slow-bridge");
+        (vec![node.bridge("net-a", &a, 48), slow], vec![a, b])
+    });
+    let marker = started.get().unwrap();
+    let mut config = p.config.clone();
+    config["binDir"] = json!(p.node.path("bin"));
+    let log = p.node.path("plumb.log");
+    config["logLevel"] = json!("error");
+    config["logFile"] = json!(log);
+    let mut add = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("CNI_COMMAND", "ADD")
+        .env("CNI_CONTAINERID", "c-killed")
+        .env("CNI_NETNS", p.ns.path())
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", common::PLUGINS)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        add.stdin
+            .take()
+            .unwrap()
+            .write_all(&serde_json::to_vec(&config).unwrap())
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !marker.exists() {
+        assert!(std::time::Instant::now() < deadline, "net-b never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Its configuration written to it, plumb is killed as a runtime's deadline kills it.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    add.kill().unwrap();
+    add.wait().unwrap();
+    let del = Pod { config, ..p };
+    let before = std::time::Instant::now();
+    let out = del.call("DEL", "c-killed");
+    let waited = before.elapsed();
+    // Long enough for a delegate that outlived the DEL to have finished (before anything is
+    // asserted: the bridges are removed as the test ends, even when it fails).
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    ok(&out);
+    assert!(
+        waited > std::time::Duration::from_secs(1),
+        "DEL did not wait for the delegate left running"
+    );
+    // It waited long, and said for whom: the lock's holder is gone, and the delegate it left
+    // holds it now.
+    let logged = fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged.contains("DEL: container c-killed: still waiting after 10 s")
+            && logged.contains("that process is gone, and the lock is held by what it started")
+            && logged.contains("(slow-bridge)"),
+        "{logged}"
+    );
+    assert_eq!(del.ns.links(), ["lo"], "left in the pod");
+    assert_eq!(del.node.all_allocations(), 0, "addresses left");
+    assert_eq!(state_files(&del.node), Vec::<String>::new());
+}
