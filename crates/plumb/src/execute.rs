@@ -603,7 +603,9 @@ impl Executor<'_> {
     /// tolerate a second DEL, such as host-device, fails while the netns lives). DEL and GC
     /// remove it. It replaces the full record in one rename, so there is no moment without a
     /// record. Durable like every record (a file half-written at a power loss would read as
-    /// corrupt and fail every DEL); best effort, since without it DEL plans from the API.
+    /// corrupt and fail every DEL); best effort: when it cannot be saved, the full record stays,
+    /// and the runtime's DEL repeats the DEL of every attachment it lists (those undone, and
+    /// those that never ran).
     fn nothing_left_to_undo(&self, record: &Record) {
         let _ = self.records.save(&Record {
             attachments: Vec::new(),
