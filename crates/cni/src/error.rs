@@ -102,6 +102,14 @@ pub struct CniError {
         skip_serializing_if = "String::is_empty"
     )]
     pub details: String,
+    /// Whether this is the error of a plugin whose process could not be started at all (its
+    /// exec failed: a binary for another architecture, a script whose interpreter is missing, a
+    /// plugin directory mounted `noexec`). Such a plugin ran none of its code, so it left
+    /// nothing to undo, which a caller rolling back a failed ADD needs to know: a DEL of it
+    /// would fail the same way. Not part of the spec's error object (never printed, never read
+    /// from a plugin), so the code and message the runtime sees are the same either way.
+    #[serde(skip)]
+    not_started: bool,
 }
 
 impl CniError {
@@ -111,7 +119,19 @@ impl CniError {
             code: code.code(),
             msg: msg.into(),
             details: String::new(),
+            not_started: false,
         }
+    }
+
+    /// Marks this as the error of a plugin that could not be started ([`CniError::not_started`]).
+    pub fn plugin_not_started(mut self) -> Self {
+        self.not_started = true;
+        self
+    }
+
+    /// Whether the plugin this error is about could not be started, and so ran nothing.
+    pub fn not_started(&self) -> bool {
+        self.not_started
     }
 
     pub fn with_details(mut self, details: impl Into<String>) -> Self {

@@ -255,8 +255,11 @@ impl RawExec {
 
     fn run(&self, path: &Path, stdin: &[u8], env: &PluginEnv) -> Result<Finished, CniError> {
         let name = path.display();
+        // Any spawn failure comes before the plugin's first instruction (the exec itself
+        // failed, or the fork or pipes before it): nothing of it ran.
         let mut child = self.spawn(path, env).map_err(|e| {
             CniError::new(ErrorCode::Io, format!("cannot execute plugin {name}: {e}"))
+                .plugin_not_started()
         })?;
         // The plugin starts up while the gate runs; it reads nothing before the gate is done.
         if let Some(gate) = self.take_stdin_gate()
@@ -968,6 +971,31 @@ mod tests {
         };
         x.exec_plugin(&p, b"{}", &env("ADD")).unwrap();
         release.join().unwrap();
+    }
+
+    #[test]
+    fn a_plugin_that_cannot_be_started_says_so() {
+        // Found and executable, but its exec fails (here its interpreter is missing): the
+        // error is the runtime's usual code 5, marked as nothing having run.
+        let d = tempfile::tempdir().unwrap();
+        let p = script(d.path(), "noexec", "");
+        fs::write(&p, "#!/nonexistent/interp\n").unwrap();
+        let e = RawExec::default()
+            .exec_plugin(&p, b"{}", &env("ADD"))
+            .unwrap_err();
+        assert_eq!(e.code, 5, "{e}");
+        assert!(
+            e.msg
+                .starts_with(&format!("cannot execute plugin {}: ", p.display())),
+            "{e}"
+        );
+        assert!(e.not_started(), "{e:?}");
+        // One that started and failed is not marked.
+        let p = script(d.path(), "fails", "exit 1");
+        let e = RawExec::default()
+            .exec_plugin(&p, b"{}", &env("ADD"))
+            .unwrap_err();
+        assert!(!e.not_started(), "{e:?}");
     }
 
     #[test]

@@ -56,6 +56,17 @@ pub struct PreparedAdd {
     binaries: Vec<PathBuf>,
 }
 
+/// A failed ADD of a list ([`CniConfig::add_prepared`]): the error, and how many of the list's
+/// plugins were started before it ended, in the list's order. Those, and only those, may have
+/// done something that a rollback has to DEL: a plugin whose process could not be started
+/// ([`CniError::not_started`]), or whose request could not even be built, ran nothing, and a
+/// DEL of it would most likely fail the same way, keeping the attachment for ever.
+#[derive(Debug)]
+pub struct AddError {
+    pub error: CniError,
+    pub started: usize,
+}
+
 /// Runs configuration lists: plugin directories, the result cache and the exec seam.
 pub struct CniConfig {
     pub path: Vec<PathBuf>,
@@ -163,7 +174,7 @@ impl CniConfig {
         rt: &RuntimeConf,
     ) -> Result<CniResult, CniError> {
         let prepared = self.prepare_add(list, rt)?;
-        self.add_prepared(list, rt, prepared)
+        self.add_prepared(list, rt, prepared).map_err(|e| e.error)
     }
 
     /// The checks ADD makes before running anything: the request, and every plugin of the
@@ -180,22 +191,34 @@ impl CniConfig {
         })
     }
 
-    /// ADD of a list that [`CniConfig::prepare_add`] accepted (the same list and request).
+    /// ADD of a list that [`CniConfig::prepare_add`] accepted (the same list and request). A
+    /// failure says how many plugins had been started ([`AddError`]), for the caller's rollback.
     pub fn add_prepared(
         &self,
         list: &NetworkConfigList,
         rt: &RuntimeConf,
         prepared: PreparedAdd,
-    ) -> Result<CniResult, CniError> {
+    ) -> Result<CniResult, AddError> {
         let binaries = prepared.binaries;
         if binaries.len() != list.plugins.len() {
-            return Err(CniError::new(
-                ErrorCode::Internal,
-                format!("network {:?}: prepared for another list", list.name),
-            ));
+            return Err(AddError {
+                error: CniError::new(
+                    ErrorCode::Internal,
+                    format!("network {:?}: prepared for another list", list.name),
+                ),
+                started: 0,
+            });
         }
+        let n = list.plugins.len();
         let mut prev: Option<CniResult> = None;
         for (i, bin) in binaries.iter().enumerate() {
+            // Plugin i is started by `run` unless its exec fails; from then on every failure
+            // comes after it started.
+            let before_start = |error: CniError| AddError { error, started: i };
+            let after_start = |error: CniError| AddError {
+                error,
+                started: i + 1,
+            };
             let stdin = request::build(
                 &list.name,
                 list.cni_version,
@@ -204,38 +227,51 @@ impl CniConfig {
                     capability_args: &rt.capability_args,
                     prev_result: prev.as_ref(),
                 },
-            )?;
-            let out = self.run(Command::Add, list, i, bin, &stdin, rt)?;
+            )
+            .map_err(before_start)?;
+            let out = self
+                .run(Command::Add, list, i, bin, &stdin, rt)
+                .map_err(|e| {
+                    if e.not_started() {
+                        before_start(e)
+                    } else {
+                        after_start(e)
+                    }
+                })?;
             if let Some(e) = error_printed_as_result(&out.stdout) {
-                return Err(e.context(format!(
+                return Err(after_start(e.context(format!(
                     "network {:?}: plugin {:?} ({} of {}) printed an error with exit status 0 (ADD)",
                     list.name,
                     list.plugins[i].plugin_type,
                     i + 1,
                     list.plugins.len()
-                )));
+                ))));
             }
             let result = CniResult::parse(&out.stdout, list.cni_version)
                 .and_then(|r| r.convert_to(list.cni_version))
                 .map_err(|e| {
-                    e.context(format!(
+                    after_start(e.context(format!(
                         "network {:?}: plugin {:?} returned an unusable result",
                         list.name, list.plugins[i].plugin_type
-                    ))
+                    )))
                 })?;
             prev = Some(result);
         }
+        let every_plugin = |error: CniError| AddError { error, started: n };
         let result = prev.expect("require_plugins: at least one plugin ran");
-        self.cache.write(&CachedAttachment {
-            container_id: rt.container_id.clone(),
-            config: list.bytes.clone(),
-            if_name: rt.ifname.clone(),
-            network_name: list.name.clone(),
-            netns: rt.netns.clone(),
-            cni_args: rt.args.clone(),
-            capability_args: rt.capability_args.clone(),
-            result: Some(result.to_value()?),
-        })?;
+        let value = result.to_value().map_err(every_plugin)?;
+        self.cache
+            .write(&CachedAttachment {
+                container_id: rt.container_id.clone(),
+                config: list.bytes.clone(),
+                if_name: rt.ifname.clone(),
+                network_name: list.name.clone(),
+                netns: rt.netns.clone(),
+                cni_args: rt.args.clone(),
+                capability_args: rt.capability_args.clone(),
+                result: Some(value),
+            })
+            .map_err(every_plugin)?;
         Ok(result)
     }
 

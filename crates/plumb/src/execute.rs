@@ -198,10 +198,34 @@ fn describe(network: &str, ifname: &str, i: usize, n: usize) -> String {
     )
 }
 
-/// Where an attachment's ADD failed: before its delegates ran, or in them.
+/// Where an attachment's ADD failed: before its delegates ran, or in them, once `started` of
+/// its list's plugins (at least one) had been started.
 enum AddFailure {
     BeforeDelegates,
-    Delegates,
+    Delegates { started: usize },
+}
+
+/// What a rollback undoes of an attachment whose ADD failed once only the first `started`
+/// plugins of its list had been started (the next one could not be: [`CniError::not_started`]):
+/// the attachment with its list cut to those plugins. The plugins after them ran nothing; a DEL
+/// of the one whose exec failed would most likely fail the same way, and keep the attachment
+/// for ever (every DEL of the pod failing) with nothing of it to undo. The cut list is also what the record
+/// keeps if the rollback fails, so the runtime's DEL runs the same plugins, and no record format
+/// change is needed; the network's whole list is kept as `network_config` for GC and STATUS.
+fn only_started(a: &RecordedAttachment, started: usize) -> RecordedAttachment {
+    let mut a = a.clone();
+    let all = a
+        .config
+        .get("plugins")
+        .and_then(Value::as_array)
+        .map(Vec::len);
+    if all.is_some_and(|all| started < all) {
+        a.network_config.get_or_insert_with(|| a.config.clone());
+        if let Some(plugins) = a.config.get_mut("plugins").and_then(Value::as_array_mut) {
+            plugins.truncate(started);
+        }
+    }
+    a
 }
 
 /// An ADD's record on its way to disk. It must be durable before any delegate acts (a remote
@@ -336,10 +360,10 @@ impl Executor<'_> {
                 Ok(a) => added.push(a),
                 // Nothing of this attachment ran: only those before it are undone.
                 Err((e, AddFailure::BeforeDelegates)) => {
-                    return Err(self.roll_back(sandbox, &record, i, e));
+                    return Err(self.roll_back(sandbox, &record, i, None, e));
                 }
-                Err((e, AddFailure::Delegates)) => {
-                    return Err(self.roll_back(sandbox, &record, i + 1, e));
+                Err((e, AddFailure::Delegates { started })) => {
+                    return Err(self.roll_back(sandbox, &record, i + 1, Some(started), e));
                 }
             }
         }
@@ -355,7 +379,7 @@ impl Executor<'_> {
                     .set_default_route(Path::new(&sandbox.netns), &a.ifname, gateways)
             {
                 let e = e.context(format!("default-route of network {}", a.network));
-                return Err(self.roll_back(sandbox, &record, n, e));
+                return Err(self.roll_back(sandbox, &record, n, None, e));
             }
         }
         Ok(added)
@@ -384,12 +408,18 @@ impl Executor<'_> {
         if let Some(file) = &r.device_info_file {
             prepare_device_info_file(self.device_info, a.device.as_ref(), file).map_err(before)?;
         }
-        let result = self.cni.add_prepared(&a.list, &rt, prepared).map_err(|e| {
-            (
-                e.context(describe(&a.network, &a.ifname, i, n)),
-                AddFailure::Delegates,
-            )
-        })?;
+        // A first plugin that could not be started (its exec failed) ran nothing either, and
+        // its DEL would fail the same way: the attachment failed before anything of it ran.
+        let result =
+            self.cni
+                .add_prepared(&a.list, &rt, prepared)
+                .map_err(|e| match e.started {
+                    0 => before(e.error),
+                    started => (
+                        e.error.context(describe(&a.network, &a.ifname, i, n)),
+                        AddFailure::Delegates { started },
+                    ),
+                })?;
         let mut warnings = Vec::new();
         let device_info = r.device_info_file.as_deref().and_then(|path| {
             netattach::device_info_files::read(path)
@@ -411,17 +441,24 @@ impl Executor<'_> {
     }
 
     /// Undoes a failed ADD: DEL of the `attempted` first attachments (those after the failure
-    /// never ran). Returns the original error, with what the rollback could not undo; the
-    /// record then names only that, for the runtime's DEL.
+    /// never ran), of the last of which only the first `started` plugins when given
+    /// ([`only_started`]). Returns the original error, with what the rollback could not undo;
+    /// the record then names only that, for the runtime's DEL.
     fn roll_back(
         &self,
         sandbox: &Sandbox,
         record: &Record,
         attempted: usize,
+        started: Option<usize>,
         error: CniError,
     ) -> CniError {
+        let mut attachments =
+            record.attachments[..attempted.min(record.attachments.len())].to_vec();
+        if let (Some(started), Some(last)) = (started, attachments.last_mut()) {
+            *last = only_started(last, started);
+        }
         let ran = Record {
-            attachments: record.attachments[..attempted.min(record.attachments.len())].to_vec(),
+            attachments,
             ..record.clone()
         };
         match self.del_record(sandbox, &sandbox.netns, &ran, Some(record), &|_| false) {

@@ -687,6 +687,208 @@ fn a_first_delegate_that_cannot_start_leaves_nothing_to_undo() {
     );
 }
 
+/// Installs in `dir` a plugin `name` that is found (a file with its execute bit) but cannot be
+/// started: a script whose interpreter is missing, so its exec fails (ENOENT), as a binary for
+/// another architecture (ENOEXEC) or one on a `noexec` mount (EACCES) does. Replaces any plugin
+/// of that name in one rename.
+fn install_unstartable(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    fs::create_dir_all(dir).unwrap();
+    let tmp = dir.join(format!(".{name}.unstartable"));
+    fs::write(&tmp, "#!/nonexistent/interp\n").unwrap();
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join(name);
+    fs::rename(&tmp, &path).unwrap();
+    path
+}
+
+/// Asserts that `e` is the runtime's error for the plugin at `path` that could not be started.
+fn cannot_start(e: &Value, path: &std::path::Path) {
+    assert_eq!(e["code"], 5, "{e}");
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("cannot execute plugin {}: ", path.display())),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_second_network_whose_plugin_cannot_start_is_rolled_back_and_del_succeeds() {
+    // net-b's plugin never ran: the rollback undoes net-a and leaves net-b out, rather than
+    // failing on its DEL (which cannot start either) and keeping it for every later DEL.
+    let mut p = pod(|node| {
+        let a = unique_name("pa");
+        (
+            vec![
+                node.bridge("net-a", &a, 21),
+                json!({"cniVersion": "1.0.0", "name": "net-b", "type": "unstartable"}),
+            ],
+            vec![a],
+        )
+    });
+    let bin = p.node.path("bin");
+    let broken = install_unstartable(&bin, "unstartable");
+    p.config["binDir"] = json!(bin);
+    let e = err(&p.call("ADD", "c-unstartable-2nd"));
+    cannot_start(&e, &broken);
+    assert!(
+        e["msg"].as_str().unwrap().contains("attachment 2 of 2"),
+        "{e}"
+    );
+    assert!(
+        !e.to_string().contains("rolling back failed"),
+        "the rollback succeeded: {e}"
+    );
+    assert_eq!(p.ns.links(), ["lo"]);
+    assert_eq!(p.node.all_allocations(), 0);
+    assert!(p.node.left_to_undo("c-unstartable-2nd").is_empty(), "{e}");
+    assert!(
+        p.node.cache_entries().is_empty(),
+        "{:?}",
+        p.node.cache_entries()
+    );
+    ok(&p.call("DEL", "c-unstartable-2nd"));
+    assert!(!p.node.record("c-unstartable-2nd").exists());
+}
+
+#[test]
+fn a_first_plugin_that_cannot_start_leaves_nothing_recorded() {
+    use testkit::fake_plugin::FakePlugin;
+    let node = Node::new();
+    let bin = node.path("bin");
+    let broken = install_unstartable(&bin, "unstartable");
+    // A plugin after it, which must never be reached.
+    let after = FakePlugin::install(&bin, "fake-after");
+    let config = node.config(json!({"binDir": bin, "delegates": [
+        {"cniVersion": "1.0.0", "name": "net-a",
+         "plugins": [{"type": "unstartable"}, {"type": "fake-after"}]}]}));
+    let call = |command| fake_call(&config, command, "c-unstartable-1st");
+    let e = err(&call("ADD"));
+    cannot_start(&e, &broken);
+    assert!(after.calls().is_empty());
+    assert!(node.left_to_undo("c-unstartable-1st").is_empty(), "{e}");
+    assert!(
+        node.cache_entries().is_empty(),
+        "{:?}",
+        node.cache_entries()
+    );
+    ok(&call("DEL"));
+    assert!(!node.record("c-unstartable-1st").exists());
+    assert!(
+        after.calls().is_empty(),
+        "nothing of the list ran, so nothing is deleted"
+    );
+}
+
+#[test]
+fn a_list_whose_second_plugin_cannot_start_rolls_back_only_the_first() {
+    use testkit::fake_plugin::FakePlugin;
+    // bridge (with host-local) ran, the next plugin could not start, the one after it was
+    // never reached: the rollback is bridge's DEL alone.
+    let mut p = pod(|node| {
+        let a = unique_name("pa");
+        let mut first = node.bridge("net-a", &a, 22);
+        first.as_object_mut().unwrap().remove("cniVersion");
+        first.as_object_mut().unwrap().remove("name");
+        (
+            vec![json!({"cniVersion": "1.0.0", "name": "net-a",
+                        "plugins": [first, {"type": "unstartable"}, {"type": "fake-after"}]})],
+            vec![a],
+        )
+    });
+    let bin = p.node.path("bin");
+    let broken = install_unstartable(&bin, "unstartable");
+    let after = FakePlugin::install(&bin, "fake-after");
+    p.config["binDir"] = json!(bin);
+    let e = err(&p.call("ADD", "c-unstartable-mid"));
+    cannot_start(&e, &broken);
+    assert!(
+        !e.to_string().contains("rolling back failed"),
+        "the rollback succeeded: {e}"
+    );
+    assert!(after.calls().is_empty(), "the plugin after it never runs");
+    // bridge's DEL ran: its interface and address are gone.
+    assert_eq!(p.ns.links(), ["lo"]);
+    assert_eq!(p.node.all_allocations(), 0);
+    assert!(p.node.left_to_undo("c-unstartable-mid").is_empty(), "{e}");
+    assert!(
+        p.node.cache_entries().is_empty(),
+        "{:?}",
+        p.node.cache_entries()
+    );
+    ok(&p.call("DEL", "c-unstartable-mid"));
+    assert!(!p.node.record("c-unstartable-mid").exists());
+    assert!(after.calls().is_empty());
+}
+
+#[test]
+fn a_failed_rollback_of_a_list_cut_short_keeps_only_the_plugins_that_ran() {
+    // fake-a ran, the next plugin could not start; fake-a's rollback DEL fails once. The record
+    // keeps net-a with fake-a alone (and the network's whole list for GC and STATUS), so the
+    // runtime's DEL runs fake-a's DEL, not the plugin that never ran.
+    use testkit::fake_plugin::{FakePlugin, sequence};
+    let node = Node::new();
+    let bin = node.path("bin");
+    let a = FakePlugin::install(&bin, "fake-a");
+    install_unstartable(&bin, "unstartable");
+    a.fail("DEL", 11, "transient DEL failure");
+    let config = node.config(json!({"binDir": bin, "delegates": [
+        {"cniVersion": "1.0.0", "name": "net-a",
+         "plugins": [{"type": "fake-a"}, {"type": "unstartable"}]}]}));
+    let call = |command| fake_call(&config, command, "c-cut");
+    let e = err(&call("ADD"));
+    assert!(
+        e["details"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("transient DEL failure"),
+        "{e}"
+    );
+    let record: Value = serde_json::from_slice(&fs::read(node.record("c-cut")).unwrap()).unwrap();
+    let kept = &record["attachments"][0];
+    assert_eq!(
+        kept["config"]["plugins"],
+        json!([{"type": "fake-a"}]),
+        "{record}"
+    );
+    assert_eq!(
+        kept["networkConfig"]["plugins"],
+        json!([{"type": "fake-a"}, {"type": "unstartable"}]),
+        "{record}"
+    );
+    a.respond("DEL", "", "", 0);
+    ok(&call("DEL"));
+    assert!(!node.record("c-cut").exists());
+    assert_eq!(
+        sequence(&bin),
+        [
+            ("fake-a".to_string(), "ADD".to_string()),
+            ("fake-a".to_string(), "DEL".to_string()),
+            ("fake-a".to_string(), "DEL".to_string())
+        ]
+    );
+}
+
+#[test]
+fn a_plugin_that_ran_but_cannot_start_at_del_fails_del_and_keeps_the_record() {
+    // It may have attached something that only it can undo: DEL must not pass over it.
+    let node = Node::new();
+    let (a, _b, config) = two_fakes(&node);
+    let call = |command| fake_call(&config, command, "c-replaced");
+    ok(&call("ADD"));
+    let broken = install_unstartable(&node.path("bin"), "fake-b");
+    let e = err(&call("DEL"));
+    cannot_start(&e, &broken);
+    assert!(e["msg"].as_str().unwrap().contains("net-b"), "{e}");
+    assert_eq!(node.left_to_undo("c-replaced"), ["net-b"]);
+    assert_eq!(a.calls_of("DEL").len(), 1);
+    // Still failing, and still kept, until the plugin can run again.
+    err(&call("DEL"));
+    assert_eq!(node.left_to_undo("c-replaced"), ["net-b"]);
+}
+
 #[test]
 fn a_failed_rollback_keeps_only_what_is_left_to_undo() {
     // net-b fails ADD, and its rollback DEL fails once; net-c (whose plugin is not installed)

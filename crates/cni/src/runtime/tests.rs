@@ -266,8 +266,43 @@ fn prepare_add_makes_the_pre_run_checks_and_add_prepared_the_rest() {
     )
     .unwrap();
     let e = c.add_prepared(&other, &rt(), prepared).unwrap_err();
-    assert_eq!(e.code, 999, "{e}");
+    assert_eq!((e.error.code, e.started), (999, 0), "{e:?}");
     assert!(calls(f2).is_empty() && calls(f).is_empty());
+}
+
+#[test]
+fn a_failed_add_says_how_many_plugins_were_started() {
+    // A plugin that could not be started ran nothing, so it is not counted: a rollback DELs
+    // the plugins before it only. One that ran and failed is counted.
+    let cannot_start = || {
+        CniError::new(ErrorCode::Io, "cannot execute plugin /fake/x: No such file")
+            .plugin_not_started()
+    };
+    for (plugin, error, started) in [
+        ("bridge", cannot_start(), 0),
+        ("tuning", cannot_start(), 1),
+        ("portmap", cannot_start(), 2),
+        ("tuning", CniError::new(ErrorCode::Io, "ran and failed"), 2),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let exec = FakeExec::with(&["bridge", "tuning", "portmap"]).reply(
+            plugin,
+            "ADD",
+            Err(error.clone()),
+        );
+        let (c, _) = cni(exec, d.path());
+        let l = list("1.0.0", json!({}));
+        let prepared = c.prepare_add(&l, &rt()).unwrap();
+        let e = c.add_prepared(&l, &rt(), prepared).unwrap_err();
+        assert_eq!(e.started, started, "{plugin}: {e:?}");
+        // The runtime sees the same error either way: its code and message are unchanged.
+        assert_eq!(
+            (e.error.code, e.error.not_started()),
+            (5, error.not_started())
+        );
+        assert!(e.error.msg.ends_with(&error.msg), "{e:?}");
+        assert!(c.cache.list(None).unwrap().is_empty(), "nothing cached");
+    }
 }
 
 #[test]
