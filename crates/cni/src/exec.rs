@@ -229,11 +229,30 @@ struct Finished {
     stdout_cut: bool,
 }
 
+/// Kills a plugin and every process of its group (what it started, such as the IPAM plugin
+/// it was waiting for), and reaps it. Killing the plugin alone left those running: an IPAM
+/// plugin that went on to allocate after the rollback's DEL had released would leak its
+/// address. The plugin is not reaped before its group is killed, so its pid, which is the
+/// group's id, cannot have been given to another process.
+fn kill_group(child: &mut std::process::Child) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 impl RawExec {
     fn spawn(&self, path: &Path, env: &PluginEnv) -> io::Result<std::process::Child> {
         let mut attempt = 1;
         loop {
             let mut cmd = Process::new(path);
+            // A process group of its own, led by the plugin: what it starts (an IPAM plugin,
+            // a helper) is in it too, and goes with it when it is killed ([`kill_group`]).
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
             cmd.stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
@@ -265,8 +284,7 @@ impl RawExec {
         if let Some(gate) = self.take_stdin_gate()
             && let Err(e) = gate()
         {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_group(&mut child);
             return Err(e);
         }
         // The plugin's time starts when it can read its stdin.
@@ -279,8 +297,7 @@ impl RawExec {
                 Err(e) => Err(Communication::Io(e)),
             });
         let (status, (mut stdout, stderr)) = outcome.map_err(|e| {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_group(&mut child);
             match e {
                 Communication::TimedOut => CniError::new(
                     ErrorCode::TryAgainLater,
@@ -842,6 +859,29 @@ mod tests {
         assert_eq!(e.code, 11, "{e}");
         assert!(e.msg.contains("killed"));
         assert!(took < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_hung_plugin_is_killed_at_the_timeout_with_what_it_started() {
+        // The IPAM plugin a delegate waits for is killed with it: left running, it could
+        // allocate after the rollback's DEL had released, and its address would leak.
+        let d = tempfile::tempdir().unwrap();
+        let pid_file = d.path().join("child.pid");
+        let (e, _) = with_short_timeout(&format!(
+            "sleep 30 & echo $! > {}; wait",
+            pid_file.display()
+        ));
+        assert_eq!(e.code, 11, "{e}");
+        let child = fs::read_to_string(&pid_file).unwrap();
+        let proc = PathBuf::from(format!("/proc/{}", child.trim()));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        // Gone, or a zombie until init reaps it.
+        while proc.exists()
+            && !fs::read_to_string(proc.join("stat")).is_ok_and(|s| s.contains(") Z "))
+        {
+            assert!(Instant::now() < deadline, "{} still runs", proc.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     #[test]
