@@ -93,7 +93,22 @@ pub fn decode(bytes: &[u8]) -> Result<Record, Decoded> {
     if found != u64::from(RECORD_VERSION) {
         return Err(Decoded::Version(found));
     }
-    serde_json::from_value(probe).map_err(|e| Decoded::Corrupt(e.to_string()))
+    let record: Record =
+        serde_json::from_value(probe).map_err(|e| Decoded::Corrupt(e.to_string()))?;
+    // Every name plumb records was checked before ADD used it: one that is not a name now was
+    // damaged or edited, which is the record's fault, not CNI_IFNAME's (code 4, as the
+    // delegates' request would otherwise report it).
+    for (i, a) in record.attachments.iter().enumerate() {
+        if let Some(why) = cni::validate::interface_name_problem(&a.ifname) {
+            return Err(Decoded::Corrupt(format!(
+                "attachment {} (network {}) has the interface name {:?}: {why}",
+                i + 1,
+                a.network,
+                a.ifname
+            )));
+        }
+    }
+    Ok(record)
 }
 
 /// The most arrays and objects nested in one another that [`decode`] reads (serde_json's
@@ -500,6 +515,29 @@ mod tests {
             fs::read_dir(d.path()).unwrap().count(),
             0,
             "nothing written"
+        );
+    }
+
+    #[test]
+    fn a_recorded_interface_name_that_is_not_one_makes_the_record_corrupt() {
+        // Damaged or edited: an error about the record (code 6, naming it and the attachment),
+        // not about the runtime's CNI_IFNAME (code 4), which was fine.
+        let d = tempfile::tempdir().unwrap();
+        let store = RecordStore::new(d.path());
+        let mut r = record();
+        r.attachments[0].ifname = "eth0/../x".into();
+        fs::write(
+            d.path().join("abc123.json"),
+            serde_json::to_vec(&r).unwrap(),
+        )
+        .unwrap();
+        let e: cni::CniError = store.load("abc123").unwrap_err().into();
+        assert_eq!(e.code, 6, "{e}");
+        assert!(
+            e.msg.contains("abc123.json")
+                && e.msg.contains("attachment 1 (network default/net-a)")
+                && e.msg.contains("\"eth0/../x\""),
+            "{e}"
         );
     }
 
