@@ -165,6 +165,9 @@ pub fn split_path(s: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// How long a plugin may run before [`RawExec`] kills it, unless told otherwise.
+pub const PLUGIN_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Runs real plugin binaries.
 #[derive(Clone, Debug)]
 pub struct RawExec {
@@ -211,7 +214,7 @@ impl std::fmt::Debug for GateSlot {
 impl Default for RawExec {
     fn default() -> Self {
         RawExec {
-            timeout: Duration::from_secs(120),
+            timeout: PLUGIN_TIMEOUT,
             busy_attempts: 5,
             busy_delay: Duration::from_secs(1),
             max_output: 16 << 20,

@@ -99,46 +99,68 @@ pub fn take_for(
     let path = records
         .lock_path(id)
         .map_err(|e| NoTurn::Failed(e.into()))?;
-    take(&path, requester, |holders, waited| {
-        let held = format!("{} holds {}", who_holds(holders), path.display());
-        match waited {
+    take(&path, requester, |report| {
+        let held = format!("{} holds {}", who_holds(report.holders), path.display());
+        match report.waited {
             None => say(
                 Waiting::Begins,
                 &format!(
                     "container {id}: another call for it is running ({held}): waiting for it to end"
                 ),
             ),
-            Some(waited) => say(
-                Waiting::Long,
-                &format!(
+            Some(waited) => {
+                let mut line = format!(
                     "container {id}: still waiting after {} s for the call running for it to end \
-                     ({held}{}); every later call for this container waits behind it",
-                    waited.as_secs(),
-                    left_to(&path, holders)
-                ),
-            ),
+                     ({held}",
+                    waited.as_secs()
+                );
+                if !report.left.is_empty() {
+                    line.push_str(&format!(
+                        "; that process is gone, and the lock is held by what it started: {}",
+                        who_holds(report.left)
+                    ));
+                }
+                for k in report.killed {
+                    line.push_str(&format!("; {k}"));
+                }
+                line.push_str("); every later call for this container waits behind it");
+                say(Waiting::Long, &line);
+            }
         }
     })
+}
+
+/// What a call waiting for a lock is told ([`take`]).
+struct Report<'a> {
+    /// The processes `/proc/locks` names as holding it.
+    holders: &'a [u32],
+    /// `None` when the wait begins; then how long it has lasted.
+    waited: Option<Duration>,
+    /// When a holder is gone, the processes left holding the lock ([`left_holding`]).
+    left: &'a [u32],
+    /// What was killed for running too long ([`end_overdue`]).
+    killed: &'a [String],
 }
 
 /// When a holder is gone, who holds its lock now: a call's delegates share its turn
 /// ([`Turn::share_with_children`]), so a delegate left running when its plumb was killed holds
 /// the lock that `/proc/locks` still names the dead process for. Found by looking through every
-/// process's open files, which only a wait that goes on long does.
-fn left_to(path: &Path, holders: &[u32]) -> String {
+/// process's open files, which only a wait that goes on long does. Empty while every holder
+/// lives.
+fn left_holding(path: &Path, holders: &[u32]) -> Vec<u32> {
     if holders
         .iter()
         .all(|pid| Path::new(&format!("/proc/{pid}")).exists())
     {
-        return String::new();
+        return Vec::new();
     }
     let Ok(file) = fs::metadata(path).map(|m| (m.dev(), m.ino())) else {
-        return String::new();
+        return Vec::new();
     };
     let Ok(processes) = fs::read_dir("/proc") else {
-        return String::new();
+        return Vec::new();
     };
-    let open: Vec<u32> = processes
+    processes
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         // This process has it open to wait for it, as have the other calls waiting.
         .filter(|&pid| pid != std::process::id() && !waits_for(pid, file.1))
@@ -149,14 +171,61 @@ fn left_to(path: &Path, holders: &[u32]) -> String {
                 .flatten()
                 .any(|fd| fs::metadata(fd.path()).is_ok_and(|m| (m.dev(), m.ino()) == file))
         })
-        .collect();
-    if open.is_empty() {
-        return String::new();
+        .collect()
+}
+
+/// Kills those of `left` (processes holding a lock for a plumb that is gone: [`left_holding`])
+/// that have run longer than `limit`, each with its process group when it leads one (every
+/// plugin plumb starts does, and its IPAM plugin is in it): plumb would have killed them at
+/// its plugin timeout had it lived, and one that never ends would otherwise hold back every
+/// call for its container for ever. What it killed, for the log.
+fn end_overdue(left: &[u32], limit: Duration) -> Vec<String> {
+    let mut killed = Vec::new();
+    for &pid in left {
+        let Some((age, group)) = age_and_group(pid) else {
+            continue;
+        };
+        if age <= limit {
+            continue;
+        }
+        let name = who_holds(&[pid]);
+        let Ok(raw) = i32::try_from(pid) else {
+            continue;
+        };
+        let target = nix::unistd::Pid::from_raw(raw);
+        let sent = if group == pid {
+            nix::sys::signal::killpg(target, nix::sys::signal::Signal::SIGKILL)
+        } else {
+            nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGKILL)
+        };
+        if sent.is_ok() {
+            killed.push(format!(
+                "killed {name}{}, which had run {} s, longer than plumb lets a plugin run ({} s)",
+                if group == pid { " with its group" } else { "" },
+                age.as_secs(),
+                limit.as_secs()
+            ));
+        }
     }
-    format!(
-        "; that process is gone, and the lock is held by what it started: {}",
-        who_holds(&open)
-    )
+    killed
+}
+
+/// How long process `pid` has run, and its process group (`/proc/<pid>/stat`).
+fn age_and_group(pid: u32) -> Option<(Duration, u32)> {
+    // The kernel counts a process's start in USER_HZ, which is 100 on every architecture.
+    const USER_HZ: f64 = 100.0;
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid pgrp … starttime …": comm may hold spaces and parentheses.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let group = fields.get(2)?.parse().ok()?;
+    let started = fields.get(19)?.parse::<f64>().ok()? / USER_HZ;
+    let uptime: f64 = fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((Duration::from_secs_f64((uptime - started).max(0.0)), group))
 }
 
 /// Whether process `pid` is waiting for a `flock` on a file with inode number `ino`
@@ -201,8 +270,10 @@ pub fn try_take_for(records: &RecordStore, id: &str) -> Result<Option<Turn>, Cni
 
 /// Waits for the lock at `path` (a validated container ID's lock file) and takes it, creating
 /// its directory (0700, as the records') and the file as needed. If another call holds it,
-/// `waiting` is called with the holders (`/proc/locks`) once when the wait begins (`None`), and
-/// with the time waited after [`LONG_WAIT`] and every [`STILL_WAITING_EVERY`] after that.
+/// `waiting` is told ([`Report`]) once when the wait begins, then after [`LONG_WAIT`] and every
+/// [`STILL_WAITING_EVERY`] after that. Meanwhile, every [`LONG_WAIT`], processes left holding
+/// the lock by a holder that is gone are killed once they have run longer than a plugin may
+/// ([`end_overdue`]).
 ///
 /// `requester` is the process the call is for: this one in thin mode, the plugin that forwarded
 /// it in the daemon (`None`: not known). When the lock's holder is that process or one of its
@@ -212,7 +283,7 @@ pub fn try_take_for(records: &RecordStore, id: &str) -> Result<Option<Turn>, Cni
 fn take(
     path: &Path,
     requester: Option<u32>,
-    waiting: impl Fn(&[u32], Option<Duration>) + Sync,
+    waiting: impl Fn(&Report) + Sync,
 ) -> Result<Turn, NoTurn> {
     let mut first = true;
     loop {
@@ -243,7 +314,12 @@ fn take(
         }
         if first {
             first = false;
-            waiting(&holding, None);
+            waiting(&Report {
+                holders: &holding,
+                waited: None,
+                left: &[],
+                killed: &[],
+            });
         }
         // flock(2) has no timeout: a watcher beside the wait says when it goes on too long.
         let (done, ended) = mpsc::channel::<()>();
@@ -251,14 +327,23 @@ fn take(
             let waiting = &waiting;
             scope.spawn(move || {
                 let started = Instant::now();
-                let mut next = LONG_WAIT;
-                while let Err(RecvTimeoutError::Timeout) =
-                    ended.recv_timeout(next.saturating_sub(started.elapsed()))
-                {
-                    // Asked again: the call it waited for may have ended, and another
-                    // come before this one.
-                    waiting(&holders(path), Some(started.elapsed()));
-                    next += STILL_WAITING_EVERY;
+                let mut next_report = LONG_WAIT;
+                while let Err(RecvTimeoutError::Timeout) = ended.recv_timeout(LONG_WAIT) {
+                    // Asked again: the call it waited for may have ended, and another come
+                    // before this one.
+                    let holders = holders(path);
+                    let left = left_holding(path, &holders);
+                    let killed = end_overdue(&left, cni::exec::PLUGIN_TIMEOUT);
+                    let waited = started.elapsed();
+                    if waited >= next_report || !killed.is_empty() {
+                        waiting(&Report {
+                            holders: &holders,
+                            waited: Some(waited),
+                            left: &left,
+                            killed: &killed,
+                        });
+                        next_report = waited + STILL_WAITING_EVERY;
+                    }
                 }
             });
             let acquired = acquire(path, FlockArg::LockExclusive);
@@ -478,16 +563,62 @@ mod tests {
     use std::time::Duration;
 
     #[test]
+    fn a_process_left_holding_a_lock_is_killed_with_its_group_once_it_ran_too_long() {
+        // A delegate of a plumb that was killed (its process group's leader, as every plugin
+        // plumb starts is), with what it started: older than the limit, both are killed;
+        // younger, neither.
+        use std::os::unix::process::CommandExt;
+        let mut delegate = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = delegate.id();
+        std::thread::sleep(Duration::from_millis(200));
+        let in_group = |group: u32| {
+            fs::read_dir("/proc")
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|&p| age_and_group(p).is_some_and(|(_, g)| g == group))
+                .count()
+        };
+        assert_eq!(in_group(pid), 2, "the shell and its sleep");
+        assert!(end_overdue(&[pid], Duration::from_secs(3600)).is_empty());
+        assert!(delegate.try_wait().unwrap().is_none(), "killed too young");
+        let killed = end_overdue(&[pid], Duration::ZERO);
+        assert_eq!(killed.len(), 1, "{killed:?}");
+        assert!(
+            killed[0].contains(&format!("process {pid} (sh) with its group")),
+            "{killed:?}"
+        );
+        delegate.wait().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        // The sleep goes too (a zombie until init reaps it counts as gone).
+        while fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .any(|p| {
+                age_and_group(p).is_some_and(|(_, g)| g == pid)
+                    && !fs::read_to_string(format!("/proc/{p}/stat"))
+                        .is_ok_and(|s| s.contains(") Z "))
+            })
+        {
+            assert!(std::time::Instant::now() < deadline, "the sleep still runs");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
     fn a_second_taker_waits_for_the_first_even_when_the_file_is_removed_meanwhile() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state/c1.lock");
-        let first = take(&path, None, |_, _| panic!("nobody holds it")).unwrap();
+        let first = take(&path, None, |_| panic!("nobody holds it")).unwrap();
         let (tx, rx) = mpsc::channel();
         let waiter = {
             let path = path.clone();
             let waited = tx.clone();
             std::thread::spawn(move || {
-                let second = take(&path, None, move |_, _| waited.send("waits").unwrap()).unwrap();
+                let second = take(&path, None, move |_| waited.send("waits").unwrap()).unwrap();
                 tx.send("took it").unwrap();
                 second
             })
@@ -515,7 +646,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c2.lock");
         assert!(holders(&path).is_empty(), "no file, no holder");
-        let held = take(&path, None, |_, _| panic!("nobody holds it")).unwrap();
+        let held = take(&path, None, |_| panic!("nobody holds it")).unwrap();
         let me = std::process::id();
         assert_eq!(holders(&path), [me], "/proc/locks names the holder");
         // A child of the holder (plumb run as its delegate) would wait on its parent for ever.
@@ -526,8 +657,7 @@ mod tests {
         assert!(descends_from(child.id(), me));
         assert!(!descends_from(me, child.id()));
         assert!(is_plumb(me) && !is_plumb(child.id()), "by executable");
-        let Err(NoTurn::Nested(e)) =
-            take(&path, Some(child.id()), |_, _| panic!("it must not wait"))
+        let Err(NoTurn::Nested(e)) = take(&path, Some(child.id()), |_| panic!("it must not wait"))
         else {
             panic!("taken, or failed otherwise");
         };
