@@ -162,8 +162,10 @@ fn left_holding(path: &Path, holders: &[u32]) -> Vec<u32> {
     };
     processes
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        // This process has it open to wait for it, as have the other calls waiting.
-        .filter(|&pid| pid != std::process::id() && !waits_for(pid, file.1))
+        // This process has it open to wait for it, as have the other calls waiting; and any
+        // plumb (a daemon, another call) may have it open on its way to waiting: only what
+        // plumb started holds a lock for it, and nothing of plumb itself is ever killed.
+        .filter(|&pid| pid != std::process::id() && !waits_for(pid, file.1) && !is_plumb(pid))
         .filter(|pid| {
             fs::read_dir(format!("/proc/{pid}/fd"))
                 .into_iter()
