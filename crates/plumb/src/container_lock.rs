@@ -160,12 +160,16 @@ fn left_holding(path: &Path, holders: &[u32]) -> Vec<u32> {
     let Ok(processes) = fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let waiting: Vec<u32> = flocks_on(file.1)
+        .into_iter()
+        .filter_map(|(pid, waits)| waits.then_some(pid))
+        .collect();
     processes
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         // This process has it open to wait for it, as have the other calls waiting; and any
         // plumb (a daemon, another call) may have it open on its way to waiting: only what
         // plumb started holds a lock for it, and nothing of plumb itself is ever killed.
-        .filter(|&pid| pid != std::process::id() && !waits_for(pid, file.1) && !is_plumb(pid))
+        .filter(|pid| *pid != std::process::id() && !waiting.contains(pid) && !is_plumb(*pid))
         .filter(|pid| {
             fs::read_dir(format!("/proc/{pid}/fd"))
                 .into_iter()
@@ -216,9 +220,8 @@ fn end_overdue(left: &[u32], limit: Duration) -> Vec<String> {
 fn age_and_group(pid: u32) -> Option<(Duration, u32)> {
     // The kernel counts a process's start in USER_HZ, which is 100 on every architecture.
     const USER_HZ: f64 = 100.0;
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ppid pgrp … starttime …": comm may hold spaces and parentheses.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // state ppid pgrp … starttime
+    let fields = stat_fields(pid)?;
     let group = fields.get(2)?.parse().ok()?;
     let started = fields.get(19)?.parse::<f64>().ok()? / USER_HZ;
     let uptime: f64 = fs::read_to_string("/proc/uptime")
@@ -228,20 +231,6 @@ fn age_and_group(pid: u32) -> Option<(Duration, u32)> {
         .parse()
         .ok()?;
     Some((Duration::from_secs_f64((uptime - started).max(0.0)), group))
-}
-
-/// Whether process `pid` is waiting for a `flock` on a file with inode number `ino`
-/// (`/proc/locks` lists waiters with "->").
-fn waits_for(pid: u32, ino: u64) -> bool {
-    let ino = ino.to_string();
-    fs::read_to_string("/proc/locks").is_ok_and(|locks| {
-        locks.lines().filter(|l| l.contains("->")).any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            // "1: -> FLOCK  ADVISORY  WRITE 4243 fe:00:10185010 0 EOF"
-            f.get(5) == Some(&pid.to_string().as_str())
-                && f.get(6).and_then(|d| d.rsplit(':').next()) == Some(ino.as_str())
-        })
-    })
 }
 
 /// The processes in `holders` for a log line: "process 42 (plumb)", "this process".
@@ -363,25 +352,49 @@ fn take(
 /// The inode alone: the device `/proc/locks` prints is the superblock's, which is not the one
 /// `stat` gives on btrfs or overlayfs. [`is_plumb`] then keeps locks on other file systems out.
 fn holders(path: &Path) -> Vec<u32> {
-    let (Ok(m), Ok(locks)) = (
-        fs::symlink_metadata(path),
-        fs::read_to_string("/proc/locks"),
-    ) else {
+    let Ok(m) = fs::symlink_metadata(path) else {
         return Vec::new();
     };
-    let ino = m.ino().to_string();
-    // "1: FLOCK  ADVISORY  WRITE 4242 fe:00:10185010 0 EOF"; a waiter's line has "->" in it.
+    flocks_on(m.ino())
+        .into_iter()
+        .filter(|&(_, waiting)| !waiting)
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// The `flock`s `/proc/locks` lists on a file with inode number `ino`: the pid of each holder
+/// and waiter, and whether it waits.
+fn flocks_on(ino: u64) -> Vec<(u32, bool)> {
+    let Ok(locks) = fs::read_to_string("/proc/locks") else {
+        return Vec::new();
+    };
+    let ino = ino.to_string();
     locks
         .lines()
-        .filter(|l| !l.contains("->"))
         .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let same_inode = f.get(5)?.rsplit(':').next() == Some(ino.as_str());
-            (f.get(1) == Some(&"FLOCK") && same_inode)
-                .then(|| f.get(4)?.parse().ok())
+            // "1: FLOCK  ADVISORY  WRITE 4242 fe:00:10185010 0 EOF"; a waiter's: "1: -> FLOCK …".
+            let mut f = l.split_whitespace().skip(1).peekable();
+            let waiting = f.next_if_eq(&"->").is_some();
+            let f: Vec<&str> = f.collect();
+            let same_inode = f.get(4)?.rsplit(':').next() == Some(ino.as_str());
+            (f.first() == Some(&"FLOCK") && same_inode)
+                .then(|| Some((f.get(3)?.parse().ok()?, waiting)))
                 .flatten()
         })
         .collect()
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name ("pid (comm) state ppid pgrp …":
+/// the name may hold spaces and parentheses, so after the last ')'), from the state on.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+    )
 }
 
 /// Whether process `pid` runs the same executable as this one (plumb): only plumb holds
@@ -402,18 +415,7 @@ fn descends_from(process: u32, ancestor: u32) -> bool {
         if p == ancestor {
             return true;
         }
-        // "pid (comm) state ppid …": comm may hold spaces and parentheses, so after the last ')'.
-        let Some(parent) = fs::read_to_string(format!("/proc/{p}/stat"))
-            .ok()
-            .and_then(|s| {
-                s.rsplit_once(')')?
-                    .1
-                    .split_whitespace()
-                    .nth(1)?
-                    .parse()
-                    .ok()
-            })
-        else {
+        let Some(parent) = stat_fields(p).and_then(|f| f.get(1)?.parse().ok()) else {
             return false;
         };
         if parent == 0 || parent == p {
