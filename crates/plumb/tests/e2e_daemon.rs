@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::cluster::{Cluster, NETWORKS};
-use common::{err, ok};
+use common::{CniCall, err, ok};
 use serde_json::json;
 use testkit::kube_api::{Fault, FaultKind};
 use testkit::netns::Netns;
@@ -201,6 +201,16 @@ fn open_to_others(path: &Path, mode: u32) {
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
 }
 
+/// The API stand-in answers the next `method` request (to `path`, when given) `by` late: the
+/// daemon's call then waits there while the test acts.
+fn answer_late(c: &Cluster, method: &str, path: Option<&str>, by: Duration) {
+    let fault = Fault::new(FaultKind::Latency(by)).method(method).times(1);
+    c.api.add_fault(match path {
+        Some(p) => fault.path(p),
+        None => fault,
+    });
+}
+
 #[test]
 fn pods_attach_through_the_daemon_on_one_connection_to_the_api_server() {
     let (c, socket, daemon) = served(230);
@@ -382,11 +392,7 @@ fn a_daemon_killed_during_an_add_fails_it_with_code_11_and_the_del_undoes_it() {
     let pod = ("default", "cut", uid.as_str());
     let ns = Netns::new();
     // The status PATCH, after every delegate ran, answers late: the daemon dies meanwhile.
-    c.api.add_fault(
-        Fault::new(FaultKind::Latency(Duration::from_secs(3)))
-            .method("PATCH")
-            .times(1),
-    );
+    answer_late(&c, "PATCH", None, Duration::from_secs(3));
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1500));
         drop(daemon);
@@ -421,11 +427,11 @@ fn a_del_sent_while_its_add_still_runs_waits_for_it_and_undoes_it_all() {
     let ns = Netns::new();
     // The ADD's pod GET answers a second late, before anything is attached. A DEL run beside it
     // would find nothing to undo, and the ADD would then attach the pod after its DEL: a leak.
-    c.api.add_fault(
-        Fault::new(FaultKind::Latency(Duration::from_secs(1)))
-            .method("GET")
-            .path("/api/v1/namespaces/default/pods/late")
-            .times(1),
+    answer_late(
+        &c,
+        "GET",
+        Some("/api/v1/namespaces/default/pods/late"),
+        Duration::from_secs(1),
     );
     std::thread::scope(|s| {
         let add = s.spawn(|| c.call("ADD", &ns, pod, "w1"));
@@ -443,11 +449,7 @@ fn a_daemon_stopped_during_an_add_finishes_it_and_answers() {
     let pod = ("default", "drain", uid.as_str());
     let ns = Netns::new();
     // The status PATCH answers late; SIGTERM comes meanwhile.
-    c.api.add_fault(
-        Fault::new(FaultKind::Latency(Duration::from_millis(1500)))
-            .method("PATCH")
-            .times(1),
-    );
+    answer_late(&c, "PATCH", None, Duration::from_millis(1500));
     let stopped = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(500));
         daemon.stop()
@@ -474,11 +476,11 @@ fn a_del_run_in_the_plugin_while_the_daemon_drains_its_add_waits_for_it_and_undo
     // meanwhile: the socket goes at once, the ADD is drained, and the runtime's DEL finds no
     // daemon and runs in the plugin. Run beside the ADD, it would find nothing to undo and the
     // ADD would attach the pod after its DEL: a leak.
-    c.api.add_fault(
-        Fault::new(FaultKind::Latency(Duration::from_millis(1500)))
-            .method("GET")
-            .path("/api/v1/namespaces/default/pods/cross")
-            .times(1),
+    answer_late(
+        &c,
+        "GET",
+        Some("/api/v1/namespaces/default/pods/cross"),
+        Duration::from_millis(1500),
     );
     std::thread::scope(|s| {
         let add = s.spawn(|| c.call("ADD", &ns, pod, "x1"));
@@ -550,25 +552,19 @@ fn the_daemon_answers_403_to_another_user_even_on_a_socket_opened_to_all() {
     open_to_others(&socket, 0o666);
     let config = node.config(json!({"plumbDaemonSocket": socket}));
     // The plugin, run by an unprivileged user, as the runtime would run it.
-    let mut shim = Command::new(env!("CARGO_BIN_EXE_plumb"))
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .env_clear()
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", "n403")
-        .env("CNI_NETNS", "/var/run/netns/none")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", common::PLUGINS)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    shim.stdin
-        .take()
-        .unwrap()
-        .write_all(config.to_string().as_bytes())
-        .unwrap();
+    let shim = common::start(
+        &CniCall {
+            command: "ADD",
+            container_id: "n403",
+            netns: "/var/run/netns/none",
+            ifname: "eth0",
+            args: "",
+            config: &config,
+        },
+        |c| {
+            c.uid(NOBODY).gid(NOBODY);
+        },
+    );
     let e = err(&shim.wait_with_output().unwrap());
     let msg = e["msg"].as_str().unwrap();
     assert!(
@@ -748,11 +744,7 @@ fn a_call_the_old_daemon_runs_when_another_takes_over_finishes_and_answers() {
     let pod = ("default", "busy", uid.as_str());
     let ns = Netns::new();
     // The status PATCH answers late; the new daemon takes over meanwhile.
-    c.api.add_fault(
-        Fault::new(FaultKind::Latency(Duration::from_millis(2500)))
-            .method("PATCH")
-            .times(1),
-    );
+    answer_late(&c, "PATCH", None, Duration::from_millis(2500));
     std::thread::scope(|s| {
         let add = s.spawn(|| c.call("ADD", &ns, pod, "b1"));
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -784,33 +776,23 @@ fn a_call_whose_plugin_was_killed_counts_as_running_until_it_ends() {
     let uid = c.pod("default", "gone", json!({NETWORKS: "net-a"}));
     let ns = Netns::new();
     // The ADD's status PATCH answers 2 s late; the runtime kills the plugin meanwhile.
-    c.api.add_fault(
-        Fault::new(FaultKind::Latency(Duration::from_secs(2)))
-            .method("PATCH")
-            .times(1),
-    );
+    answer_late(&c, "PATCH", None, Duration::from_secs(2));
     let args = format!(
         "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=gone;\
          K8S_POD_INFRA_CONTAINER_ID=g1;K8S_POD_UID={uid}"
     );
-    let mut shim = Command::new(env!("CARGO_BIN_EXE_plumb"))
-        .env_clear()
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", "g1")
-        .env("CNI_NETNS", ns.path())
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_ARGS", &args)
-        .env("CNI_PATH", common::PLUGINS)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    shim.stdin
-        .take()
-        .unwrap()
-        .write_all(c.config.to_string().as_bytes())
-        .unwrap();
+    let netns = ns.path().display().to_string();
+    let mut shim = common::start(
+        &CniCall {
+            command: "ADD",
+            container_id: "g1",
+            netns: &netns,
+            ifname: "eth0",
+            args: &args,
+            config: &c.config,
+        },
+        common::quiet,
+    );
     std::thread::sleep(Duration::from_millis(700));
     shim.kill().unwrap();
     shim.wait().unwrap();
@@ -896,23 +878,18 @@ fn an_add_the_runtime_gave_up_on_while_it_waited_for_its_turn_is_not_run() {
     let ns = Netns::new();
     fs::create_dir_all(node.state_dir()).unwrap();
     let held = common::hold_lock(&node.state_dir().join("w1.lock"));
-    let mut shim = Command::new(env!("CARGO_BIN_EXE_plumb"))
-        .env_clear()
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", "w1")
-        .env("CNI_NETNS", ns.path())
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", common::PLUGINS)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    shim.stdin
-        .take()
-        .unwrap()
-        .write_all(config.to_string().as_bytes())
-        .unwrap();
+    let netns = ns.path().display().to_string();
+    let mut shim = common::start(
+        &CniCall {
+            command: "ADD",
+            container_id: "w1",
+            netns: &netns,
+            ifname: "eth0",
+            args: "",
+            config: &config,
+        },
+        common::quiet,
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     while !healthz(&socket).starts_with("ok: 1 calls running") {
         assert!(Instant::now() < deadline, "{}", healthz(&socket));

@@ -1261,27 +1261,18 @@ fn a_delegate_left_running_by_a_killed_plumb_holds_back_the_del_which_then_undoe
     let log = p.node.path("plumb.log");
     config["logLevel"] = json!("error");
     config["logFile"] = json!(log);
-    let mut add = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", "c-killed")
-        .env("CNI_NETNS", p.ns.path())
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", common::PLUGINS)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        add.stdin
-            .take()
-            .unwrap()
-            .write_all(&serde_json::to_vec(&config).unwrap())
-            .unwrap();
-    }
+    let netns = p.ns.path().display().to_string();
+    let mut add = common::start(
+        &CniCall {
+            command: "ADD",
+            container_id: "c-killed",
+            netns: &netns,
+            ifname: "eth0",
+            args: "",
+            config: &config,
+        },
+        common::quiet,
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while !marker.exists() {
         assert!(std::time::Instant::now() < deadline, "net-b never started");

@@ -149,9 +149,36 @@ pub fn run_without(call: &CniCall<'_>, unset: &[&str]) -> Output {
     run_under(call, &[], unset)
 }
 
+/// For [`start`]: the plugin's output, which the test does not read, goes nowhere (a pipe
+/// nobody reads could fill up and hold the plugin).
+pub fn quiet(c: &mut Command) {
+    c.stdout(Stdio::null()).stderr(Stdio::null());
+}
+
 /// [`run_without`], plumb started by the command `wrapper` (its program and arguments, plumb's
 /// path appended), e.g. `unshare` to give it its own mounts.
 pub fn run_under(call: &CniCall<'_>, wrapper: &[&str], unset: &[&str]) -> Output {
+    start_under(call, wrapper, unset, |_| {})
+        .wait_with_output()
+        .unwrap()
+}
+
+/// plumb started for `call` as [`run`] starts it, but not waited for: for a test that acts while
+/// the call runs (kills it, or its caller). `adjust` changes the command before it starts (the
+/// user it runs as, where its output goes).
+pub fn start(call: &CniCall<'_>, adjust: impl FnOnce(&mut Command)) -> std::process::Child {
+    start_under(call, &[], &[], adjust)
+}
+
+/// plumb started by `wrapper` for `call`, as a runtime starts it: a clean environment but
+/// `PATH` and the CNI variables (but those in `unset`), output piped unless `adjust` says
+/// otherwise, the configuration written to its stdin, which is then closed.
+fn start_under(
+    call: &CniCall<'_>,
+    wrapper: &[&str],
+    unset: &[&str],
+    adjust: impl FnOnce(&mut Command),
+) -> std::process::Child {
     let plumb = env!("CARGO_BIN_EXE_plumb");
     let mut command = match wrapper.split_first() {
         None => Command::new(plumb),
@@ -173,19 +200,19 @@ pub fn run_under(call: &CniCall<'_>, wrapper: &[&str], unset: &[&str]) -> Output
     for var in unset {
         command.env_remove(var);
     }
-    let mut child = command
+    command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run plumb");
+        .stderr(Stdio::piped());
+    adjust(&mut command);
+    let mut child = command.spawn().expect("run plumb");
     child
         .stdin
         .take()
         .unwrap()
         .write_all(&serde_json::to_vec(call.config).unwrap())
         .unwrap();
-    child.wait_with_output().unwrap()
+    child
 }
 
 /// The JSON plumb printed, asserting success.
