@@ -200,6 +200,13 @@ pub fn is_json(value: &str) -> bool {
     value.contains(['[', '{', '"'])
 }
 
+/// The most networks one annotation may select. The spec sets no limit and neither does Multus,
+/// but every element costs the node a NAD read, a delegate run at ADD and at DEL, and a place in
+/// the record, and the annotation is written by whoever may create pods: without a bound, one pod
+/// could hold its node's CNI calls for minutes and drain its IP pools. No real pod comes near it
+/// (a KubeVirt VM or an SR-IOV pod has tens of interfaces at most).
+pub const MAX_ELEMENTS: usize = 256;
+
 /// Parses the annotation's value. An empty (or all-whitespace) value selects no network.
 pub fn parse(value: &str) -> Result<Vec<NetworkSelectionElement>, SelectionError> {
     if value.trim().is_empty() {
@@ -210,6 +217,14 @@ pub fn parse(value: &str) -> Result<Vec<NetworkSelectionElement>, SelectionError
     } else {
         comma::parse(value)?
     };
+    if elements.len() > MAX_ELEMENTS {
+        return Err(SelectionError::Malformed {
+            reason: format!(
+                "it selects {} networks; a pod may be attached to at most {MAX_ELEMENTS}",
+                elements.len()
+            ),
+        });
+    }
     check_across(&elements)?;
     Ok(elements)
 }

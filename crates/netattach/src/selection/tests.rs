@@ -27,6 +27,21 @@ fn empty_annotations_select_nothing() {
 }
 
 #[test]
+fn an_annotation_selects_at_most_max_elements_networks_in_either_format() {
+    let comma = |n: usize| vec!["net-a"; n].join(",");
+    let json = |n: usize| json!(vec![json!({"name": "net-a"}); n]).to_string();
+    for value in [comma(MAX_ELEMENTS), json(MAX_ELEMENTS)] {
+        assert_eq!(parse(&value).unwrap().len(), MAX_ELEMENTS);
+    }
+    for value in [comma(MAX_ELEMENTS + 1), json(MAX_ELEMENTS + 1)] {
+        assert_eq!(
+            err(&value),
+            format!("{PREFIX}it selects 257 networks; a pod may be attached to at most 256")
+        );
+    }
+}
+
+#[test]
 fn comma_format_reads_names_namespaces_and_interfaces() {
     let list = parse(" net-a ,other-ns / net-c@ net1 , net-a@eth_2,x ").unwrap();
     let got: Vec<(Option<&str>, &str, Option<&str>)> = list
