@@ -198,6 +198,25 @@ fn describe(network: &str, ifname: &str, i: usize, n: usize) -> String {
     )
 }
 
+/// [`describe`] for a recorded attachment `i` of `n`, saying so when its list was cut to the
+/// plugins ADD had started ([`only_started`]): the plugin errors inside number the plugins of
+/// the cut list ("1 of 1"), which would otherwise contradict the network's configuration.
+fn describe_recorded(a: &RecordedAttachment, i: usize, n: usize) -> String {
+    let plugins = |v: &Value| v.get("plugins").and_then(Value::as_array).map(Vec::len);
+    let ran = plugins(&a.config);
+    let all = a.network_config.as_ref().and_then(plugins);
+    match (ran, all) {
+        (Some(ran), Some(all)) if ran < all => format!(
+            "attachment {} of {n} (network {}, interface {}; its ADD had started only the \
+             first {ran} of the network's {all} plugins, so only those are undone)",
+            i + 1,
+            a.network,
+            a.ifname
+        ),
+        _ => describe(&a.network, &a.ifname, i, n),
+    }
+}
+
 /// Where an attachment's ADD failed: before its delegates ran, or in them, once `started` of
 /// its list's plugins (at least one) had been started.
 enum AddFailure {
@@ -607,14 +626,14 @@ impl Executor<'_> {
                     if let Some(path) = &a.device_info_file
                         && let Err(e) = delete_device_info_file(record, a, path)
                     {
-                        let e = e.context(describe(&a.network, &a.ifname, i, n));
+                        let e = e.context(describe_recorded(a, i, n));
                         warnings.push(e.to_string());
                     }
-                    warnings.push(e.context(describe(&a.network, &a.ifname, i, n)).to_string());
+                    warnings.push(e.context(describe_recorded(a, i, n)).to_string());
                 }
                 Err(e) => {
                     left[i] = true;
-                    errors.push(e.context(describe(&a.network, &a.ifname, i, n)));
+                    errors.push(e.context(describe_recorded(a, i, n)));
                 }
             }
         }
