@@ -351,7 +351,7 @@ fn take(
 /// `/proc/locks` lists them (only asked when a call has to wait, so its size does not matter).
 /// The inode alone: the device `/proc/locks` prints is the superblock's, which is not the one
 /// `stat` gives on btrfs or overlayfs. [`is_plumb`] then keeps locks on other file systems out.
-fn holders(path: &Path) -> Vec<u32> {
+pub(crate) fn holders(path: &Path) -> Vec<u32> {
     let Ok(m) = fs::symlink_metadata(path) else {
         return Vec::new();
     };
@@ -400,7 +400,7 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
 /// Whether process `pid` runs the same executable as this one (plumb): only plumb holds
 /// container locks, and an ancestor that is not plumb (the runtime, holding a lock of its own
 /// on a file that happens to have the same inode number elsewhere) is no sign of nesting.
-fn is_plumb(pid: u32) -> bool {
+pub(crate) fn is_plumb(pid: u32) -> bool {
     let exe = |p: &str| fs::metadata(p).map(|m| (m.dev(), m.ino()));
     match (exe(&format!("/proc/{pid}/exe")), exe("/proc/self/exe")) {
         (Ok(theirs), Ok(ours)) => theirs == ours,
@@ -409,7 +409,7 @@ fn is_plumb(pid: u32) -> bool {
 }
 
 /// Whether `process` is `ancestor` or one of its descendants (walking at most 64 parents).
-fn descends_from(process: u32, ancestor: u32) -> bool {
+pub(crate) fn descends_from(process: u32, ancestor: u32) -> bool {
     let mut p = process;
     for _ in 0..64 {
         if p == ancestor {
@@ -427,7 +427,7 @@ fn descends_from(process: u32, ancestor: u32) -> bool {
 }
 
 /// The lock at `path` taken `how`; `None` when a non-blocking `how` finds it held.
-fn acquire(path: &Path, how: FlockArg) -> Result<Option<Turn>, CniError> {
+pub(crate) fn acquire(path: &Path, how: FlockArg) -> Result<Option<Turn>, CniError> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         CniError::new(
             ErrorCode::Io,
@@ -549,6 +549,24 @@ impl Turn {
                 format!("container lock: cannot share it with the delegates: {e}"),
             )
         })
+    }
+
+    /// Turns the lock into another kind (`flock(2)`: not atomically; for [`crate::node_call`],
+    /// whose lock nothing waits on).
+    pub(crate) fn relock(&self, how: FlockArg) -> Result<(), CniError> {
+        self._lock.relock(how).map_err(|e| {
+            CniError::new(
+                ErrorCode::Io,
+                format!("lock {}: cannot change it: {e}", self.path_shown()),
+            )
+        })
+    }
+
+    fn path_shown(&self) -> String {
+        self.path.as_deref().map_or_else(
+            || "on the state directory".into(),
+            |p| p.display().to_string(),
+        )
     }
 
     /// Ends the turn of a container that is gone (a successful DEL): its lock file is removed

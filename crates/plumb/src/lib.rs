@@ -6,6 +6,7 @@
 //! - [`config`]: plumb's configuration, Multus's keys accepted unchanged.
 //! - [`record`]: the attachment records DEL works from.
 //! - [`container_lock`]: one call at a time per container, across processes.
+//! - [`node_call`]: STATUS and GC in progress, and plumb run as its own delegate for one.
 //! - [`pod_args`]: which pod a CNI call is for (`K8S_POD_*` in `CNI_ARGS`).
 //! - [`plan`]: a pod's ordered attachments, computed without side effects.
 //! - [`execute`]: ADD, DEL and CHECK of those attachments, with the records.
@@ -36,6 +37,7 @@ pub mod execute;
 pub mod log;
 pub mod multus_cache;
 pub mod networks;
+pub mod node_call;
 pub mod objects;
 pub mod plan;
 pub mod plugin;

@@ -1011,6 +1011,8 @@ impl Plugin for Plumb<'_> {
             }
         };
         let mut call = self.call(args).map_err(not_available)?;
+        let _running = crate::node_call::begin(&call.records, self.caller.pid(), "STATUS")
+            .map_err(not_available)?;
         call.api_budget = STATUS_API_BUDGET;
         if let Some(file) = &call.config.readiness_indicator_file
             && !file.exists()
@@ -1054,6 +1056,7 @@ impl Plugin for Plumb<'_> {
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
         let call = self.call(args)?;
+        let _running = crate::node_call::begin(&call.records, self.caller.pid(), "GC")?;
         self.do_gc(&call, args)
     }
 }

@@ -857,6 +857,7 @@ fn plumb_run_as_its_own_delegate_through_the_daemon_fails_at_once_instead_of_wai
     let _daemon = Daemon::start(&socket);
     let config = common::plumb_as_its_own_delegate(&node, json!({"plumbDaemonSocket": socket}));
     common::add_fails_at_once_and_del_undoes_it(&node, &config, "d-nested");
+    common::node_wide_calls_fail_at_once(&config);
     assert!(healthz(&socket).starts_with("ok: 0 calls running"));
 }
 

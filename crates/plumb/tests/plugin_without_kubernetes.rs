@@ -1136,6 +1136,7 @@ fn plumb_run_as_its_own_delegate_fails_at_once_instead_of_waiting_for_itself() {
     let node = Node::new();
     let config = common::plumb_as_its_own_delegate(&node, json!({}));
     common::add_fails_at_once_and_del_undoes_it(&node, &config, "c-nested");
+    common::node_wide_calls_fail_at_once(&config);
 }
 
 #[test]

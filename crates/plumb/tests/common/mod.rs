@@ -272,6 +272,36 @@ pub fn plumb_as_its_own_delegate(node: &Node, extra: Value) -> Value {
     outer
 }
 
+/// STATUS and GC with [`plumb_as_its_own_delegate`]'s `config`, it and its plumb network made
+/// CNI 1.1 (older networks get neither call): plumb's delegate plumb would run the same call again
+/// (for ever, had the configuration named itself). Each fails at once, saying why.
+pub fn node_wide_calls_fail_at_once(config: &Value) {
+    let mut config = config.clone();
+    config["cniVersion"] = json!("1.1.0");
+    config["delegates"][0]["cniVersion"] = json!("1.1.0");
+    for (command, code) in [("STATUS", 50), ("GC", 7)] {
+        config["cni.dev/valid-attachments"] = json!([]);
+        let call = CniCall {
+            command,
+            container_id: "",
+            netns: "",
+            ifname: "",
+            args: "",
+            config: &config,
+        };
+        let out = run_under(&call, &["timeout", "20"], &[]);
+        assert_ne!(out.status.code(), Some(124), "{command} did not end");
+        let e = err(&out);
+        assert_eq!(e["code"], code, "{command}: {e}");
+        assert!(
+            e.to_string().contains(&format!(
+                "{command}: plumb is running as a delegate of plumb itself"
+            )) && e["msg"].as_str().unwrap().contains("network \"outer\""),
+            "{command}: {e}"
+        );
+    }
+}
+
 /// The `flock` on `path` held by another process (util-linux's `flock`, as another call of
 /// the container would hold it; not this test process, which is an ancestor of the plumb it
 /// starts and so would look like plumb's own caller), until the returned child is dropped.
