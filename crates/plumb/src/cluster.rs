@@ -162,6 +162,22 @@ impl Failure {
     fn is_not_found(&self) -> bool {
         self.is_status(404)
     }
+
+    /// Whether the API server refused a write for the UID it carried: the pod was recreated
+    /// under the same name. A PATCH whose `metadata.uid` differs from the pod's is refused
+    /// as an update of an immutable field (422 Invalid, the cause on `metadata.uid`); a UID
+    /// precondition that fails is a 409 "Precondition failed: UID in precondition".
+    fn uid_refused(&self) -> bool {
+        let Failure::Kube(kube::Error::Api(s)) = self else {
+            return false;
+        };
+        let on_uid = s
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
+            || s.message.contains("metadata.uid");
+        (s.code == 422 && on_uid) || (s.code == 409 && s.message.contains("UID in precondition"))
+    }
 }
 
 /// Whether `e` comes from a TLS handshake that failed on a certificate or on what the two sides
@@ -203,6 +219,19 @@ fn tls_refused(e: &kube::Error) -> bool {
         };
     }
     false
+}
+
+/// The error of a status write refused because the pod is not this sandbox's any more: code 3
+/// (the container is unknown), whichever way the write went (PATCH or update), with `why`.
+fn recreated(what: &str, pod: &Pod, why: &dyn std::fmt::Display) -> CniError {
+    CniError::new(
+        ErrorCode::UnknownContainer,
+        format!(
+            "{what}: the pod was recreated (this sandbox's UID is {}; {why}); its network-status \
+             is not written",
+            pod.uid
+        ),
+    )
 }
 
 /// A failed request as a CNI error naming what was asked, and of which API server (a
@@ -542,14 +571,7 @@ impl KubeCluster {
             // onto a pod recreated under the same name.
             let uid = meta.get("uid").and_then(Value::as_str).unwrap_or_default();
             if checks_uid(pod) && uid != pod.uid {
-                return Err(CniError::new(
-                    ErrorCode::UnknownContainer,
-                    format!(
-                        "{what}: the pod was recreated (UID {uid}, this sandbox's {}); its \
-                         network-status is not written",
-                        pod.uid
-                    ),
-                ));
+                return Err(recreated(&what, pod, &format!("its UID is {uid}")));
             }
             let annotations = meta.entry("annotations").or_insert(Value::Null);
             if !annotations.is_object() {
@@ -935,6 +957,10 @@ impl Cluster for KubeCluster {
             // `update` on pods/status, not `patch`: with Multus's RBAC plumb writes it the same
             // way (two round trips more than the PATCH; deploy/rbac.yaml grants `patch`).
             Err(e) if e.is_status(403) => self.update_network_status(pod, value, &what)?,
+            Err(e) if e.uid_refused() => {
+                let refused = cni_error(&self.server, "PATCH", &e);
+                return Err(recreated(&what, pod, &refused.msg));
+            }
             written => written.map_err(|e| cni_error(&self.server, &what, &e))?,
         };
         // The answer is the written pod: one about another pod means the write went elsewhere,

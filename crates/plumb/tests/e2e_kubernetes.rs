@@ -525,6 +525,45 @@ fn a_status_write_that_keeps_failing_undoes_the_attachments() {
 }
 
 #[test]
+fn a_pod_recreated_before_its_status_is_written_gets_code_3_by_patch_and_by_update() {
+    // The runtime passes the pod's annotations, so no GET checks the UID: the status write
+    // does. The API server refuses the PATCH's UID (422 on metadata.uid) and the update's
+    // read shows another UID: either way the sandbox is not the pod's (code 3), its ADD is
+    // undone, and the runtime's DEL leaves nothing.
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(239);
+    let mut config = c.config.clone();
+    config["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": {NETWORKS: "net-a"}});
+    let c = Cluster { config, ..c };
+    c.pod("default", "rp", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let pod = ("default", "rp", "an-old-uid");
+    let by_patch = err(&c.call("ADD", &ns, pod, "crp"));
+    assert_eq!(ns.links(), ["lo"]);
+    ok(&c.call("DEL", &ns, pod, "crp"));
+    c.assert_nothing_left(&ns, "crp");
+    c.api.add_fault(
+        Fault::new(FaultKind::Status(403, "Forbidden".into()))
+            .method("PATCH")
+            .path("/api/v1/namespaces/default/pods/rp/status"),
+    );
+    let by_update = err(&c.call("ADD", &ns, pod, "crp"));
+    assert_eq!(ns.links(), ["lo"]);
+    ok(&c.call("DEL", &ns, pod, "crp"));
+    c.assert_nothing_left(&ns, "crp");
+    for e in [by_patch, by_update] {
+        assert_eq!(e["code"], 3, "{e}");
+        assert!(
+            e["msg"]
+                .as_str()
+                .unwrap()
+                .contains("the pod was recreated (this sandbox's UID is an-old-uid;"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn pods_start_under_multus_rbac_which_grants_update_of_pod_status_not_patch() {
     // An operator replacing Multus keeps its service account and ClusterRole (pods/status:
     // get, list, update, watch). plumb's PATCH is refused; it writes the network-status with a
