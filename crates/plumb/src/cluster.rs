@@ -127,6 +127,8 @@ enum Failure {
     NoAnswer(Duration),
     /// The call's budget (this long) was spent before this request was answered.
     OutOfTime(Duration),
+    /// Refused (401), and the kubeconfig, read again for a new token, could not be used: why.
+    Unauthorized(kube::Error, String),
 }
 
 impl Failure {
@@ -137,7 +139,7 @@ impl Failure {
             Failure::Kube(e @ (kube::Error::HyperError(_) | kube::Error::Service(_))) => {
                 !tls_refused(e)
             }
-            Failure::Kube(_) | Failure::OutOfTime(_) => false,
+            Failure::Kube(_) | Failure::OutOfTime(_) | Failure::Unauthorized(..) => false,
             Failure::NoAnswer(_) => true,
         }
     }
@@ -242,6 +244,16 @@ fn recreated(what: &str, pod: &Pod, why: &dyn std::fmt::Display) -> CniError {
 fn cni_error(server: &str, what: &str, f: &Failure) -> CniError {
     let e = match f {
         Failure::Kube(e) => e,
+        Failure::Unauthorized(e, reread) => {
+            return CniError::new(
+                ErrorCode::Io,
+                format!(
+                    "Kubernetes API {server}: {what}: {} (and the kubeconfig read again for a \
+                     new token could not be used: {reread})",
+                    kube_detail(e)
+                ),
+            );
+        }
         Failure::NoAnswer(t) => {
             return CniError::new(
                 ErrorCode::TryAgainLater,
@@ -267,11 +279,19 @@ fn cni_error(server: &str, what: &str, f: &Failure) -> CniError {
     } else {
         ErrorCode::Io
     };
-    let detail = match e {
+    CniError::new(
+        code,
+        format!("Kubernetes API {server}: {what}: {}", kube_detail(e)),
+    )
+}
+
+/// What went wrong, as the API server said it, or down to the root cause (connection refused,
+/// certificate problems…).
+fn kube_detail(e: &kube::Error) -> String {
+    match e {
         kube::Error::Api(s) if s.reason.is_empty() => format!("{} ({})", s.message, s.code),
         kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
         other => {
-            // Name the root cause (connection refused, certificate problems…).
             let mut msg = other.to_string();
             let mut source = std::error::Error::source(other);
             while let Some(s) = source {
@@ -280,8 +300,7 @@ fn cni_error(server: &str, what: &str, f: &Failure) -> CniError {
             }
             msg
         }
-    };
-    CniError::new(code, format!("Kubernetes API {server}: {what}: {detail}"))
+    }
 }
 
 /// The real API, through kube-rs from a kubeconfig, on a current-thread tokio runtime. In thin
@@ -473,9 +492,16 @@ impl KubeCluster {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            if e.is_status(401) && self.rebuilt_since(generation, started).await {
-                continue;
-            }
+            let e = match e {
+                Failure::Kube(refused) if e.is_status(401) => {
+                    match self.rebuilt_since(generation, started).await {
+                        Ok(true) => continue,
+                        Ok(false) => Failure::Kube(refused),
+                        Err(why) => return Err(Failure::Unauthorized(refused, why)),
+                    }
+                }
+                e => e,
+            };
             let again = e.transient() || (retry_not_found && e.is_not_found());
             // Never sooner than the server asked (a 429 from priority and fairness, as
             // client-go waits); a wait past the budget ends the call now, with code 11.
@@ -488,17 +514,18 @@ impl KubeCluster {
 
     /// Whether there is a client newer than `generation` (the one a request was refused
     /// with): built again from the kubeconfig now, the first time in this call, or by a
-    /// request refused at the same time. The rebuild gets what is left of the budget for
-    /// requests that started at `started`.
-    async fn rebuilt_since(&self, generation: u64, started: Instant) -> bool {
+    /// request refused at the same time; why not, when the kubeconfig read again could not be
+    /// used (the token file gone, say), which is then the error to fix. The rebuild gets what
+    /// is left of the budget for requests that started at `started`.
+    async fn rebuilt_since(&self, generation: u64, started: Instant) -> Result<bool, String> {
         let _one_at_a_time = self.rebuilding.lock().await;
         {
             let c = self.client.lock().unwrap_or_else(|p| p.into_inner());
             if c.generation > generation {
-                return true;
+                return Ok(true);
             }
             if c.reread {
-                return false;
+                return Ok(false);
             }
         }
         self.client.lock().unwrap_or_else(|p| p.into_inner()).reread = true;
@@ -510,9 +537,9 @@ impl KubeCluster {
                 c.generation += 1;
                 // A new client has no connection yet: which version it speaks is not known.
                 self.http2.store(false, Ordering::Relaxed);
-                true
+                Ok(true)
             }
-            Err(_) => false,
+            Err(e) => Err(e.msg),
         }
     }
 
@@ -699,10 +726,13 @@ async fn send<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&body).map_err(kube::Error::SerdeError)
 }
 
-/// The most of an answer plumb reads: an API object is at most ~1.5 MiB (etcd's default
-/// request limit), so anything past this is not the API server's object, and holding it all
-/// could get the plugin killed for its memory (the runtime would get no error at all).
-const MAX_ANSWER: usize = 16 << 20;
+/// The most of an answer plumb reads: an API object is at most ~1.5 MiB in etcd (its default
+/// request limit; a pod's JSON may be somewhat larger than what etcd holds), so anything past
+/// this is not the API server's object, and holding it all could get the plugin killed for
+/// its memory (the runtime would get no error at all). A call holds up to 32 NADs at once
+/// (plugin.rs `MAX_PREFETCHED_NADS`): at 16 MiB, a server or proxy sending huge answers made
+/// one ADD take 582 MB.
+const MAX_ANSWER: usize = 4 << 20;
 
 /// The most of an error answer's message (and of its reason) kept in the CNI error (a proxy's
 /// error page can be megabytes).
@@ -888,13 +918,24 @@ async fn client_of(
             .map_err(|e| bad(&e))?;
     cfg.default_retry = false;
     cfg.connect_timeout = Some(CONNECT_TIMEOUT);
-    cfg.read_timeout = Some(REQUEST_TIMEOUT);
+    // No read timeout: every request is bounded whole by its attempt's (`attempt`), and kube's
+    // applies to the connection's reads, an idle one's too, so that the daemon's kept
+    // connection was cut after 5 s without a call and the next ADD shook hands again.
+    cfg.read_timeout = None;
     cfg.write_timeout = Some(REQUEST_TIMEOUT);
     let server = cfg
         .cluster_url
         .to_string()
         .trim_end_matches('/')
         .to_string();
+    // kube's proxy support is a feature plumb leaves out (two more crates, for a setup nodes
+    // rarely have): said plainly, rather than kube's message naming its cargo feature.
+    if let Some(proxy) = &cfg.proxy_url {
+        return Err(bad(&format!(
+            "proxy-url {proxy}: plumb does not connect through a proxy; remove proxy-url so \
+             that it connects to the API server directly"
+        )));
+    }
     // The client spawns its connection tasks on the runtime this runs on.
     let client = client_stack::client(cfg).map_err(|e| bad(&e))?;
     Ok((client, server))
@@ -1044,6 +1085,19 @@ fn inline_files(kc: &mut kube::config::Kubeconfig, sources: &mut Sources) -> Res
             continue;
         };
         let user = |e: String| format!("user {:?}: {e}", named.name);
+        // client-go (and so Multus) removed these in Kubernetes 1.26. kube-rs still has gcp's,
+        // which runs its `cmd-path` on the call's only thread with no time limit: one that
+        // does not return held the CNI call until the runtime killed it, with no error.
+        if let Some(provider) = &auth.auth_provider
+            && ["gcp", "azure"].contains(&provider.name.as_str())
+        {
+            return Err(user(format!(
+                "the {:?} auth-provider was removed from Kubernetes clients in 1.26; use its \
+                 exec credential plugin instead (for gcp, gke-gcloud-auth-plugin; for azure, \
+                 kubelogin), or a service account token",
+                provider.name
+            )));
+        }
         if let Some(file) = auth.token_file.take() {
             let token = sources
                 .read(Path::new(&file), MAX_TOKEN_FILE)
@@ -1602,6 +1656,15 @@ mod tests {
             e.msg.contains("get pod default/p") && e.msg.contains("MiB"),
             "{e}"
         );
+        // One as large as etcd holds, its JSON larger still, is read.
+        let mut large_pod = huge_pod.clone();
+        large_pod["metadata"]["annotations"]["x"] = json!("y".repeat(3 << 20));
+        api.add_fault(
+            Fault::new(FaultKind::Body(200, large_pod.to_string()))
+                .path(path)
+                .times(1),
+        );
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
         // An error page of a megabyte: the error keeps its start, not all of it.
         let page = format!("<html>{}</html>", "z".repeat(1 << 20));
         api.add_fault(Fault::new(FaultKind::Body(403, page)).path(path).times(1));
@@ -1650,7 +1713,7 @@ mod tests {
     fn a_huge_answer_to_an_event_is_not_read() {
         // Events are posted after the pod's networks are up: an answer read whole, however
         // large (kube's `create`), could get the plugin killed for its memory then, and the
-        // runtime would see a failed ADD. It is refused after 16 MiB as other answers are.
+        // runtime would see a failed ADD. It is refused after 4 MiB as other answers are.
         let (api, _dir, c) = cluster(Duration::from_secs(10));
         let pod = c.pod("default", "p", false).unwrap().unwrap();
         let huge_event = json!({"apiVersion": "v1", "kind": "Event",
@@ -1667,7 +1730,7 @@ mod tests {
             .event(&pod, "Normal", "AddedInterface", "Add net1")
             .unwrap_err();
         assert!(
-            e.msg.contains("event on pod default/p") && e.msg.contains("16 MiB"),
+            e.msg.contains("event on pod default/p") && e.msg.contains("4 MiB"),
             "{e}"
         );
         c.event(&pod, "Normal", "AddedInterface", "Add net1")
@@ -1817,6 +1880,65 @@ mod tests {
 
     /// `kubeconfig` (written for `KubeconfigUser::Token`) with its user replaced by an exec
     /// credential plugin running `script` in sh, written beside it as `name`.
+    #[test]
+    fn a_kubeconfig_naming_a_proxy_is_refused_saying_so() {
+        // Not kube's message, which names its cargo feature ("kube/http-proxy").
+        let (_api, dir, _) = cluster(Duration::from_secs(5));
+        let kubeconfig = dir.path().join("kubeconfig");
+        let text = std::fs::read_to_string(&kubeconfig).unwrap();
+        let proxied = kubeconfig.with_file_name("kc-proxied");
+        std::fs::write(
+            &proxied,
+            text.replace(
+                "    server: ",
+                "    proxy-url: http://127.0.0.1:3128\n    server: ",
+            ),
+        )
+        .unwrap();
+        let e = KubeCluster::with_budget(&proxied, Duration::from_secs(5))
+            .err()
+            .expect("refused");
+        assert_eq!(e.kind(), ErrorCode::InvalidConfig, "{e}");
+        assert!(
+            e.msg.contains(
+                "proxy-url http://127.0.0.1:3128/: plumb does not connect through a proxy"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_removed_auth_provider_is_refused_before_it_runs_anything() {
+        // kube-rs runs gcp's `cmd-path` with no time limit (a `sleep 100` held the call until
+        // the runtime killed it); client-go removed gcp and azure in 1.26, so Multus refuses
+        // them too. Refused at once, naming the provider and what to use instead.
+        let (_api, dir, _) = cluster(Duration::from_secs(5));
+        let kubeconfig = dir.path().join("kubeconfig");
+        let text = std::fs::read_to_string(&kubeconfig).unwrap();
+        let user = text.find("  user:\n    token:").unwrap();
+        for name in ["gcp", "azure"] {
+            let path = kubeconfig.with_file_name(format!("kc-{name}"));
+            let with_provider = format!(
+                "{}  user:\n    auth-provider:\n      name: {name}\n      config:\n        \
+                 cmd-path: /bin/sleep\n        cmd-args: \"100\"\n",
+                &text[..user]
+            );
+            std::fs::write(&path, with_provider).unwrap();
+            let started = Instant::now();
+            let e = KubeCluster::with_budget(&path, Duration::from_secs(5))
+                .err()
+                .expect("refused");
+            assert!(started.elapsed() < Duration::from_secs(2), "{e}");
+            assert_eq!(e.kind(), ErrorCode::InvalidConfig, "{e}");
+            assert!(
+                e.msg.contains(&format!(
+                    "the \"{name}\" auth-provider was removed from Kubernetes clients in 1.26"
+                )),
+                "{e}"
+            );
+        }
+    }
+
     fn with_exec_user(kubeconfig: &Path, name: &str, script: &str) -> PathBuf {
         let text = std::fs::read_to_string(kubeconfig).unwrap();
         let user = text.find("  user:\n    token:").unwrap();

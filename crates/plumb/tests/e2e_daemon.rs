@@ -212,6 +212,27 @@ fn answer_late(c: &Cluster, method: &str, path: Option<&str>, by: Duration) {
 }
 
 #[test]
+fn the_daemon_keeps_its_connection_to_the_api_server_while_no_pod_comes() {
+    // Pods come to a node minutes apart, not milliseconds: a connection kept only while calls
+    // come close together would cost every ADD its TCP and TLS handshakes, what the daemon is
+    // there to spare. (kube's read timeout, 5 s, cut idle connections.)
+    let (c, _socket, _daemon) = served(243);
+    for (i, name) in ["early", "late"].into_iter().enumerate() {
+        if i > 0 {
+            std::thread::sleep(Duration::from_secs(7));
+        }
+        let uid = c.pod("default", name, json!({NETWORKS: "net-a"}));
+        let ns = Netns::new();
+        let pod = ("default", name, uid.as_str());
+        let cid = format!("idle{i}");
+        ok(&c.call("ADD", &ns, pod, &cid));
+        ok(&c.call("DEL", &ns, pod, &cid));
+        c.assert_nothing_left(&ns, &cid);
+    }
+    assert_eq!(c.api.connections_accepted(), 1);
+}
+
+#[test]
 fn pods_attach_through_the_daemon_on_one_connection_to_the_api_server() {
     let (c, socket, daemon) = served(230);
     let mode = fs::metadata(&socket).unwrap();

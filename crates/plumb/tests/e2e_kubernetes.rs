@@ -531,7 +531,7 @@ fn a_pod_recreated_before_its_status_is_written_gets_code_3_by_patch_and_by_upda
     // read shows another UID: either way the sandbox is not the pod's (code 3), its ADD is
     // undone, and the runtime's DEL leaves nothing.
     use testkit::kube_api::{Fault, FaultKind};
-    let c = Cluster::new(239);
+    let c = Cluster::new(242);
     let mut config = c.config.clone();
     config["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": {NETWORKS: "net-a"}});
     let c = Cluster { config, ..c };
@@ -677,6 +677,41 @@ fn a_token_rotated_during_the_call_is_picked_up() {
     assert_eq!(c.status_of("default", "midrot").unwrap().len(), 2);
     ok(&c.call("DEL", &ns, pod, "cmidrot"));
     c.assert_nothing_left(&ns, "cmidrot");
+}
+
+#[test]
+fn a_token_revoked_during_the_call_whose_file_is_gone_says_so() {
+    // As above, but the token file is removed rather than replaced: the 401 stands, and the
+    // error says why no new token was taken (the file), not only that the API refused.
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(244);
+    let uid = c.pod("default", "gonetok", json!({NETWORKS: "net-a"}));
+    let old = fs::read_to_string(&c.token_file).unwrap();
+    c.api.add_fault(
+        Fault::new(FaultKind::Latency(std::time::Duration::from_millis(800)))
+            .method("GET")
+            .path("/apis/k8s.cni.cncf.io")
+            .times(1),
+    );
+    let ns = Netns::new();
+    let pod = ("default", "gonetok", uid.as_str());
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            fs::remove_file(&c.token_file).unwrap();
+            c.api.revoke_token(old.trim());
+        });
+        c.call("ADD", &ns, pod, "cgonetok")
+    });
+    let e = err(&out);
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("Unauthorized")
+            && msg.contains("the kubeconfig read again for a new token could not be used")
+            && msg.contains(&c.token_file.display().to_string()),
+        "{e}"
+    );
+    c.assert_nothing_left(&ns, "cgonetok");
 }
 
 #[test]

@@ -49,11 +49,9 @@ fn connector(
 }
 
 /// A client for `cfg`, as `kube::Client::try_from(cfg)` builds it but for Nagle and HTTP/2 (see
-/// the module comment). Spawns its connection tasks on the tokio runtime it is called on.
+/// the module comment), and without a proxy (the caller refuses `proxy-url`). Spawns its
+/// connection tasks on the tokio runtime it is called on.
 pub fn client(cfg: kube::Config) -> Result<kube::Client, kube::Error> {
-    if cfg.proxy_url.is_some() {
-        return kube::Client::try_from(cfg);
-    }
     // The configuration's timeouts, as kube's builder sets them.
     let mut timed = TimeoutConnector::new(connector(&cfg)?);
     timed.set_connect_timeout(cfg.connect_timeout);
