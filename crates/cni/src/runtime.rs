@@ -438,6 +438,7 @@ impl CniConfig {
                 let done = self
                     .exec
                     .find_in_path(&plugin.plugin_type, &self.path)
+                    .map_err(|e| e.context(format!("network {:?}", list.name)))
                     .and_then(|bin| {
                         let stdin = request::build(
                             &list.name,

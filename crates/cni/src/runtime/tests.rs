@@ -538,6 +538,22 @@ fn gc_deletes_stale_cached_attachments_then_gcs_every_plugin() {
 }
 
 #[test]
+fn gc_of_a_network_whose_plugin_is_missing_names_the_network() {
+    // The node-wide GC runs every network; an error that names only the plugin leaves the
+    // operator to find which network's configuration it is in.
+    let d = tempfile::tempdir().unwrap();
+    let (c, f) = cni(FakeExec::with(&["bridge", "portmap"]), d.path());
+    let e = c
+        .gc_network_list(&list("1.1.0", json!({})), &[])
+        .unwrap_err();
+    assert_eq!(
+        e.msg, "network \"testnet\": failed to find plugin \"tuning\"",
+        "{e}"
+    );
+    assert_eq!(calls(f).len(), 2, "the other plugins still get GC");
+}
+
+#[test]
 fn status_stops_at_the_first_error_and_keeps_its_code() {
     let d = tempfile::tempdir().unwrap();
     let (c, f) = cni(
