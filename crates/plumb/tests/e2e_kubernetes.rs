@@ -642,13 +642,17 @@ fn without_the_pods_name_plumb_writes_to_no_pod() {
     c.assert_nothing_left(&ns, "cnoargs");
 }
 
-#[test]
-fn a_token_rotated_during_the_call_is_picked_up() {
-    // The token is replaced, and the old one revoked, while an ADD waits on the API: the 401
-    // makes plumb read the kubeconfig's token file again, once, and go on.
+/// ADD of a new pod `name` on net-a whose NAD GET the API answers 800 ms late, `change` run
+/// (given the token the call started with) 300 ms into it: the token changes under a call.
+/// Returns the ADD's output, the pod's UID and its netns.
+fn add_while_the_token_changes(
+    c: &Cluster,
+    name: &str,
+    cid: &str,
+    change: impl Fn(&str) + Send + Sync,
+) -> (std::process::Output, String, Netns) {
     use testkit::kube_api::{Fault, FaultKind};
-    let c = Cluster::new(222);
-    let uid = c.pod("default", "midrot", json!({NETWORKS: "net-a"}));
+    let uid = c.pod("default", name, json!({NETWORKS: "net-a"}));
     let old = fs::read_to_string(&c.token_file).unwrap();
     c.api.add_fault(
         Fault::new(FaultKind::Latency(std::time::Duration::from_millis(800)))
@@ -657,16 +661,26 @@ fn a_token_rotated_during_the_call_is_picked_up() {
             .times(1),
     );
     let ns = Netns::new();
-    let new = format!("rotated-mid-{}", std::process::id());
-    let pod = ("default", "midrot", uid.as_str());
     let out = std::thread::scope(|s| {
         s.spawn(|| {
             std::thread::sleep(std::time::Duration::from_millis(300));
-            c.api.accept_token(&new);
-            fs::write(&c.token_file, &new).unwrap();
-            c.api.revoke_token(old.trim());
+            change(old.trim());
         });
-        c.call("ADD", &ns, pod, "cmidrot")
+        c.call("ADD", &ns, ("default", name, &uid), cid)
+    });
+    (out, uid, ns)
+}
+
+#[test]
+fn a_token_rotated_during_the_call_is_picked_up() {
+    // The token is replaced, and the old one revoked, while an ADD waits on the API: the 401
+    // makes plumb read the kubeconfig's token file again, once, and go on.
+    let c = Cluster::new(222);
+    let new = format!("rotated-mid-{}", std::process::id());
+    let (out, uid, ns) = add_while_the_token_changes(&c, "midrot", "cmidrot", |old| {
+        c.api.accept_token(&new);
+        fs::write(&c.token_file, &new).unwrap();
+        c.api.revoke_token(old);
     });
     ok(&out);
     let statuses: Vec<u16> = c.api.requests().iter().map(|r| r.status).collect();
@@ -675,7 +689,7 @@ fn a_token_rotated_during_the_call_is_picked_up() {
         "the old token was never refused: {statuses:?}"
     );
     assert_eq!(c.status_of("default", "midrot").unwrap().len(), 2);
-    ok(&c.call("DEL", &ns, pod, "cmidrot"));
+    ok(&c.call("DEL", &ns, ("default", "midrot", &uid), "cmidrot"));
     c.assert_nothing_left(&ns, "cmidrot");
 }
 
@@ -683,25 +697,10 @@ fn a_token_rotated_during_the_call_is_picked_up() {
 fn a_token_revoked_during_the_call_whose_file_is_gone_says_so() {
     // As above, but the token file is removed rather than replaced: the 401 stands, and the
     // error says why no new token was taken (the file), not only that the API refused.
-    use testkit::kube_api::{Fault, FaultKind};
     let c = Cluster::new(244);
-    let uid = c.pod("default", "gonetok", json!({NETWORKS: "net-a"}));
-    let old = fs::read_to_string(&c.token_file).unwrap();
-    c.api.add_fault(
-        Fault::new(FaultKind::Latency(std::time::Duration::from_millis(800)))
-            .method("GET")
-            .path("/apis/k8s.cni.cncf.io")
-            .times(1),
-    );
-    let ns = Netns::new();
-    let pod = ("default", "gonetok", uid.as_str());
-    let out = std::thread::scope(|s| {
-        s.spawn(|| {
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            fs::remove_file(&c.token_file).unwrap();
-            c.api.revoke_token(old.trim());
-        });
-        c.call("ADD", &ns, pod, "cgonetok")
+    let (out, _, ns) = add_while_the_token_changes(&c, "gonetok", "cgonetok", |old| {
+        fs::remove_file(&c.token_file).unwrap();
+        c.api.revoke_token(old);
     });
     let e = err(&out);
     let msg = e["msg"].as_str().unwrap();
