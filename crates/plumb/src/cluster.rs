@@ -644,7 +644,8 @@ impl KubeCluster {
                     Api::<NetworkAttachmentDefinition>::namespaced(client.clone(), &r.namespace);
                 let request =
                     ApiRequest::new(api.resource_url()).get(&r.name, &GetParams::default());
-                send::<NetworkAttachmentDefinition>(&client, request, http2).await
+                send_within::<NetworkAttachmentDefinition>(&client, request, http2, MAX_NAD_ANSWER)
+                    .await
             })
             .await;
         match got {
@@ -677,6 +678,16 @@ async fn send<T: serde::de::DeserializeOwned>(
     request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     http2: &AtomicBool,
 ) -> Result<T, kube::Error> {
+    send_within::<T>(client, request, http2, MAX_ANSWER).await
+}
+
+/// [`send`], the answer read up to `limit` bytes.
+async fn send_within<T: serde::de::DeserializeOwned>(
+    client: &kube::Client,
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    http2: &AtomicBool,
+    limit: usize,
+) -> Result<T, kube::Error> {
     let request = request.map_err(kube::Error::BuildRequest)?;
     let answer = client.send(request.map(kube::client::Body::from)).await?;
     http2.store(answer.version() == http::Version::HTTP_2, Ordering::Relaxed);
@@ -687,7 +698,7 @@ async fn send<T: serde::de::DeserializeOwned>(
         .headers()
         .get("retry-after")
         .and_then(|v| v.to_str().ok()?.trim().parse::<u32>().ok());
-    let (body, whole) = read_at_most(answer.into_body(), MAX_ANSWER).await?;
+    let (body, whole) = read_at_most(answer.into_body(), limit).await?;
     if !success {
         let text = String::from_utf8_lossy(&body);
         let mut status = serde_json::from_str::<kube::core::Status>(&text)
@@ -719,20 +730,25 @@ async fn send<T: serde::de::DeserializeOwned>(
     }
     if !whole {
         return Err(kube::Error::SerdeError(serde::de::Error::custom(format!(
-            "the answer is larger than {} MiB, more than any API object; not read",
-            MAX_ANSWER >> 20
+            "the answer is larger than {} MiB, more than any such API object; not read",
+            limit >> 20
         ))));
     }
     serde_json::from_slice(&body).map_err(kube::Error::SerdeError)
 }
 
 /// The most of an answer plumb reads: an API object is at most ~1.5 MiB in etcd (its default
-/// request limit; a pod's JSON may be somewhat larger than what etcd holds), so anything past
-/// this is not the API server's object, and holding it all could get the plugin killed for
-/// its memory (the runtime would get no error at all). A call holds up to 32 NADs at once
-/// (plugin.rs `MAX_PREFETCHED_NADS`): at 16 MiB, a server or proxy sending huge answers made
-/// one ADD take 582 MB.
-const MAX_ANSWER: usize = 4 << 20;
+/// request limit), so anything past this is not the API server's object, and holding it all
+/// could get the plugin killed for its memory (the runtime would get no error at all). Well
+/// above 1.5 MiB: a pod is kept in etcd as protobuf, and its JSON can be several times larger
+/// (the API server writes `<`, `>` and `&` as six bytes each).
+const MAX_ANSWER: usize = 16 << 20;
+
+/// The most of a NAD's answer plumb reads. A custom resource is kept in etcd as the JSON the
+/// API server sends, so it cannot pass ~1.5 MiB; and a call holds up to 32 NADs at once
+/// (plugin.rs `MAX_PREFETCHED_NADS`): at [`MAX_ANSWER`] each, a server or proxy sending huge
+/// answers made one ADD take 582 MB.
+const MAX_NAD_ANSWER: usize = 4 << 20;
 
 /// The most of an error answer's message (and of its reason) kept in the CNI error (a proxy's
 /// error page can be megabytes).
@@ -912,10 +928,24 @@ async fn client_of(
     kubeconfig: &Path,
 ) -> Result<(kube::Client, String), CniError> {
     let bad = |e: &dyn std::fmt::Display| bad_kubeconfig(kubeconfig, e);
+    // kube's proxy support is a feature plumb leaves out (two more crates, for a setup nodes
+    // rarely have): a proxy the kubeconfig names is refused, saying so plainly rather than
+    // with kube's message naming its cargo feature.
+    if let Some(proxy) = current_cluster(&kc).and_then(|c| c.proxy_url.as_deref()) {
+        return Err(bad(&format!(
+            "proxy-url {proxy}: plumb does not connect through a proxy; remove proxy-url so \
+             that it connects to the API server directly"
+        )));
+    }
     let mut cfg =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await
             .map_err(|e| bad(&e))?;
+    // kube also takes a proxy from `HTTPS_PROXY`, which runtimes behind a corporate proxy
+    // have for pulling images and their plugins inherit: the API server is reached directly,
+    // as `NO_PROXY` says for it on such nodes (kube without its proxy feature ignores
+    // `NO_PROXY`, and refused every call).
+    cfg.proxy_url = None;
     cfg.default_retry = false;
     cfg.connect_timeout = Some(CONNECT_TIMEOUT);
     // No read timeout: every request is bounded whole by its attempt's (`attempt`), and kube's
@@ -928,14 +958,6 @@ async fn client_of(
         .to_string()
         .trim_end_matches('/')
         .to_string();
-    // kube's proxy support is a feature plumb leaves out (two more crates, for a setup nodes
-    // rarely have): said plainly, rather than kube's message naming its cargo feature.
-    if let Some(proxy) = &cfg.proxy_url {
-        return Err(bad(&format!(
-            "proxy-url {proxy}: plumb does not connect through a proxy; remove proxy-url so \
-             that it connects to the API server directly"
-        )));
-    }
     // The client spawns its connection tasks on the runtime this runs on.
     let client = client_stack::client(cfg).map_err(|e| bad(&e))?;
     Ok((client, server))
@@ -1068,6 +1090,18 @@ impl Cluster for KubeCluster {
 /// Other users' and clusters' files are left alone: a stale entry nobody uses must not fail
 /// every call. Without a current context, every one is read (kube-rs then refuses the
 /// kubeconfig with its own message).
+/// The cluster of `kc`'s current context, if it names one that is there.
+fn current_cluster(kc: &kube::config::Kubeconfig) -> Option<&kube::config::Cluster> {
+    let current = kc.current_context.as_ref()?;
+    let context = kc.contexts.iter().find(|c| &c.name == current)?;
+    let name = &context.context.as_ref()?.cluster;
+    kc.clusters
+        .iter()
+        .find(|c| &c.name == name)?
+        .cluster
+        .as_ref()
+}
+
 fn inline_files(kc: &mut kube::config::Kubeconfig, sources: &mut Sources) -> Result<(), String> {
     let context = kc.current_context.as_ref().and_then(|current| {
         kc.contexts
@@ -1216,6 +1250,92 @@ mod tests {
         let kubeconfig = api.write_kubeconfig(dir.path().join("kubeconfig"), KubeconfigUser::Token);
         let c = KubeCluster::with_budget(&kubeconfig, budget).unwrap();
         (api, dir, c)
+    }
+
+    /// A TCP relay to `upstream`, through which a test can make the connections already open go
+    /// dead ([`Relay::black_hole`]: what comes on them goes nowhere, and no reset comes back),
+    /// as when an API server or a load balancer in front of it fails over.
+    struct Relay {
+        addr: std::net::SocketAddr,
+        accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        dead_below: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Relay {
+        fn to(upstream: std::net::SocketAddr) -> Relay {
+            use std::sync::atomic::AtomicUsize;
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let relay = Relay {
+                addr: listener.local_addr().unwrap(),
+                accepted: std::sync::Arc::new(AtomicUsize::new(0)),
+                dead_below: std::sync::Arc::new(AtomicUsize::new(0)),
+            };
+            let (accepted, dead_below) = (relay.accepted.clone(), relay.dead_below.clone());
+            std::thread::spawn(move || {
+                for client in listener.incoming().flatten() {
+                    let id = accepted.fetch_add(1, Ordering::SeqCst);
+                    let Ok(server) = std::net::TcpStream::connect(upstream) else {
+                        continue;
+                    };
+                    for (mut from, mut to) in [
+                        (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                        (server, client),
+                    ] {
+                        let dead_below = dead_below.clone();
+                        std::thread::spawn(move || {
+                            let mut buf = [0u8; 16384];
+                            while let Ok(n @ 1..) = std::io::Read::read(&mut from, &mut buf) {
+                                let dead = id < dead_below.load(Ordering::SeqCst);
+                                if !dead && std::io::Write::write_all(&mut to, &buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        });
+                    }
+                }
+            });
+            relay
+        }
+
+        fn black_hole(&self) {
+            self.dead_below
+                .store(self.accepted.load(Ordering::SeqCst), Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_connection_gone_dead_is_dropped_and_the_retry_gets_a_new_one() {
+        // An HTTP/2 request that times out resets only its stream: without pings, the dead
+        // connection stayed in the pool, and every later request of the call (and, in the
+        // daemon, of every later call) went onto it and timed out too.
+        let (api, dir, _) = cluster(Duration::from_secs(30));
+        let relay = Relay::to(api.addr());
+        let kubeconfig = dir.path().join("kubeconfig");
+        let text = std::fs::read_to_string(&kubeconfig).unwrap();
+        let relayed = kubeconfig.with_file_name("kc-relayed");
+        std::fs::write(
+            &relayed,
+            text.replace(&api.addr().to_string(), &relay.addr.to_string()),
+        )
+        .unwrap();
+        let mut c = KubeCluster::with_budget(&relayed, Duration::from_secs(30)).unwrap();
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
+        assert!(
+            c.http2.load(Ordering::Relaxed),
+            "the stand-in speaks HTTP/2"
+        );
+        relay.black_hole();
+        for _ in 0..2 {
+            c.begin_call(Duration::from_secs(30));
+            let started = Instant::now();
+            assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{:?}",
+                started.elapsed()
+            );
+        }
+        assert_eq!(api.connections_accepted(), 2, "one new connection, kept");
     }
 
     /// A pod other than the `default/p` the tests ask for, as a misbehaving proxy answers.
@@ -1656,15 +1776,36 @@ mod tests {
             e.msg.contains("get pod default/p") && e.msg.contains("MiB"),
             "{e}"
         );
-        // One as large as etcd holds, its JSON larger still, is read.
+        // A pod's JSON can be several times what etcd holds of it (protobuf): one of 6 MiB is
+        // read. A NAD's cannot (etcd holds its JSON): one is refused past 4 MiB, since a call
+        // holds 32 of them.
         let mut large_pod = huge_pod.clone();
-        large_pod["metadata"]["annotations"]["x"] = json!("y".repeat(3 << 20));
+        large_pod["metadata"]["annotations"]["x"] = json!("y".repeat(6 << 20));
         api.add_fault(
             Fault::new(FaultKind::Body(200, large_pod.to_string()))
                 .path(path)
                 .times(1),
         );
         assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
+        let nad_path =
+            "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/n";
+        let large_nad = json!({"apiVersion": "k8s.cni.cncf.io/v1",
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": {"namespace": "default", "name": "n",
+                         "annotations": {"x": "y".repeat(5 << 20)}},
+            "spec": {"config": "{}"}});
+        api.add_fault(
+            Fault::new(FaultKind::Body(200, large_nad.to_string()))
+                .path(nad_path)
+                .times(1),
+        );
+        let e = c.nad(&NetworkRef::new("default", "n")).unwrap_err();
+        assert!(
+            e.msg
+                .contains("get network-attachment-definition default/n")
+                && e.msg.contains("larger than 4 MiB"),
+            "{e}"
+        );
         // An error page of a megabyte: the error keeps its start, not all of it.
         let page = format!("<html>{}</html>", "z".repeat(1 << 20));
         api.add_fault(Fault::new(FaultKind::Body(403, page)).path(path).times(1));
@@ -1713,7 +1854,7 @@ mod tests {
     fn a_huge_answer_to_an_event_is_not_read() {
         // Events are posted after the pod's networks are up: an answer read whole, however
         // large (kube's `create`), could get the plugin killed for its memory then, and the
-        // runtime would see a failed ADD. It is refused after 4 MiB as other answers are.
+        // runtime would see a failed ADD. It is refused after 16 MiB as other answers are.
         let (api, _dir, c) = cluster(Duration::from_secs(10));
         let pod = c.pod("default", "p", false).unwrap().unwrap();
         let huge_event = json!({"apiVersion": "v1", "kind": "Event",
@@ -1730,7 +1871,7 @@ mod tests {
             .event(&pod, "Normal", "AddedInterface", "Add net1")
             .unwrap_err();
         assert!(
-            e.msg.contains("event on pod default/p") && e.msg.contains("4 MiB"),
+            e.msg.contains("event on pod default/p") && e.msg.contains("16 MiB"),
             "{e}"
         );
         c.event(&pod, "Normal", "AddedInterface", "Add net1")
@@ -1901,7 +2042,7 @@ mod tests {
         assert_eq!(e.kind(), ErrorCode::InvalidConfig, "{e}");
         assert!(
             e.msg.contains(
-                "proxy-url http://127.0.0.1:3128/: plumb does not connect through a proxy"
+                "proxy-url http://127.0.0.1:3128: plumb does not connect through a proxy"
             ),
             "{e}"
         );

@@ -12,7 +12,10 @@
 //! runs (a name no container ID can have: they start with a letter or a digit). Nothing ever
 //! waits on it. A call that finds it held by plumb running in its own caller's ancestry (its
 //! own process's in thin mode, the forwarding plugin's in the daemon, as `/proc/locks` and
-//! `/proc/<pid>/stat` tell) is such a delegate, and fails at once.
+//! `/proc/<pid>/stat` tell) is such a delegate, and fails at once. With no room for the lock
+//! file, the state directory is locked instead, as for a container's turn: a node-wide call
+//! then waits for, and holds back, calls that had no room either, and GC leaves the sandboxes
+//! whose lock file it cannot make to the next GC.
 
 use std::path::Path;
 
@@ -46,9 +49,12 @@ pub fn begin(
         lock.relock(FlockArg::LockShared)?;
         return Ok(NodeCall { _lock: lock });
     }
+    // On a state file system with no room for the lock file, the calls lock the directory
+    // instead (`acquire`): its holders count too.
     if let Some(requester) = requester
         && let Some(holder) = holders(&path)
             .into_iter()
+            .chain(holders(records.dir()))
             .find(|h| is_plumb(*h) && descends_from(requester, *h))
     {
         return Err(nested(&path, holder, command));

@@ -564,6 +564,29 @@ fn a_pod_recreated_before_its_status_is_written_gets_code_3_by_patch_and_by_upda
 }
 
 #[test]
+fn a_runtime_behind_a_proxy_does_not_send_plumb_through_it() {
+    // containerd or CRI-O behind a corporate proxy has HTTPS_PROXY (for its image pulls), and
+    // its plugins inherit it; NO_PROXY names the API server there. kube, without its proxy
+    // feature, took the variable for a proxy to use and refused every call: plumb connects
+    // directly.
+    let c = Cluster::new(245);
+    let uid = c.pod("default", "behind", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let netns = ns.path().display().to_string();
+    let proxied = [
+        "env",
+        "HTTPS_PROXY=http://127.0.0.1:9",
+        "https_proxy=http://127.0.0.1:9",
+        "NO_PROXY=127.0.0.1",
+    ];
+    let pod = ("default", "behind", uid.as_str());
+    ok(&c.call_under("ADD", &netns, pod, "cbehind", &proxied));
+    assert_eq!(c.status_of("default", "behind").unwrap().len(), 2);
+    ok(&c.call_under("DEL", &netns, pod, "cbehind", &proxied));
+    c.assert_nothing_left(&ns, "cbehind");
+}
+
+#[test]
 fn pods_start_under_multus_rbac_which_grants_update_of_pod_status_not_patch() {
     // An operator replacing Multus keeps its service account and ClusterRole (pods/status:
     // get, list, update, watch). plumb's PATCH is refused; it writes the network-status with a

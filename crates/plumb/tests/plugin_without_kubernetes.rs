@@ -1191,6 +1191,42 @@ fn del_works_on_a_state_directory_with_no_room_for_a_lock_file() {
 }
 
 #[test]
+fn a_node_wide_call_started_by_plumb_itself_is_refused_on_a_full_state_directory_too() {
+    // With no room for `.node-calls.lock`, the calls lock the state directory instead; the
+    // nested STATUS must still find the outer one (it went on before, and with a configuration
+    // naming itself would have started plumb again and again).
+    testkit::netns::require_root();
+    let node = Node::new();
+    let mut config = common::plumb_as_its_own_delegate(&node, json!({}));
+    config["cniVersion"] = json!("1.1.0");
+    config["delegates"][0]["cniVersion"] = json!("1.1.0");
+    let conf = node.path("plumb.conf");
+    std::fs::write(&conf, config.to_string()).unwrap();
+    std::fs::create_dir_all(node.state_dir()).unwrap();
+    let script = r#"
+        mount -t tmpfs -o size=1m,nr_inodes=64 plumb-full "$STATE" || exit 90
+        i=0; while touch "$STATE/fill$i" 2>/dev/null; do i=$((i+1)); done
+        CNI_COMMAND=STATUS timeout 20 "$PLUMB" < "$CONF"; echo "STATUS exited $?" >&2
+        exit 0
+    "#;
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .env("STATE", node.state_dir())
+        .env("PLUMB", env!("CARGO_BIN_EXE_plumb"))
+        .env("CONF", &conf)
+        .env("CNI_PATH", common::PLUGINS)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stderr.contains("STATUS exited 1"), "{stderr}\n{stdout}");
+    assert!(
+        stdout.contains("STATUS: plumb is running as a delegate of plumb itself"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn a_call_that_waits_long_for_its_container_says_so_as_an_error_naming_who_holds_it() {
     // A DEL queued behind a call that does not end (a delegate that hangs) used to wait without
     // a word at the error level: an operator looking at a pod stuck in Terminating found

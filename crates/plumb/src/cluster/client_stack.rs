@@ -11,8 +11,15 @@
 //! (`hyper-timeout`, as kube: the connect timeout bounds the host name's lookup and the TLS
 //! handshake too), with `set_nodelay(true)` on the TCP connector. Left out on purpose: kube's
 //! retry layer (plumb retries itself, bounded: `cluster.rs`), its tracing layer (plumb installs
-//! no subscriber), gzip (not enabled). A kubeconfig with a `proxy-url` goes to kube's own
-//! builder, which refuses it (plumb builds kube without proxy support) with its own error.
+//! no subscriber), gzip (not enabled). No proxy: plumb builds kube without proxy support, and
+//! `cluster.rs` refuses a kubeconfig naming one and ignores `HTTPS_PROXY`.
+//!
+//! Connections are kept between requests (the daemon keeps its client between calls) with no
+//! read timeout, which would cut an idle connection after that long; each request is bounded
+//! whole by its caller. On HTTP/2 a request whose connection went dead (an API server or load
+//! balancer failed over without a reset) would leave it in the pool, and every later request
+//! would go onto it and time out too: while a request waits, the connection is pinged, and one
+//! that does not answer a ping is closed, so the retry gets a new one.
 //!
 //! The TLS connector offers HTTP/2 as well as HTTP/1.1 by ALPN (kube's offers HTTP/1.1 only),
 //! as client-go does: on an HTTP/2 connection the NAD GETs of one call go out together
@@ -21,9 +28,15 @@
 
 use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::ConfigExt;
 use tower::{BoxError, ServiceBuilder};
+
+/// How long a connection with a request waiting on it may be silent before it is pinged, and
+/// then how long the ping may go unanswered before the connection is closed: together less
+/// than one attempt (`cluster.rs` `REQUEST_TIMEOUT`, 5 s), so that the attempt's retry finds a
+/// new connection.
+const PING_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The connector: TCP with `TCP_NODELAY`, then TLS as the kubeconfig says (its CA, client
 /// certificate, server name), offering h2 and http/1.1. What kube's
@@ -59,6 +72,10 @@ pub fn client(cfg: kube::Config) -> Result<kube::Client, kube::Error> {
     timed.set_write_timeout(cfg.write_timeout);
     timed.set_reset_reader_on_write(cfg.reset_reader_on_write);
     let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .http2_keep_alive_interval(PING_AFTER)
+        .http2_keep_alive_timeout(PING_AFTER)
+        .http2_keep_alive_while_idle(false)
         .build::<_, kube::client::Body>(timed);
     let service = ServiceBuilder::new()
         .layer(cfg.base_uri_layer())

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use testkit::kube_api::{KubeApi, KubeApiOptions, KubeconfigUser, Resource};
 use testkit::netns::{Link, Netns, unique_name};
 
-use super::{CniCall, Node, run};
+use super::{CniCall, Node, run_under};
 
 pub const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
 pub const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
@@ -136,19 +136,33 @@ impl Cluster {
         pod: (&str, &str, &str),
         cid: &str,
     ) -> std::process::Output {
+        self.call_under(command, netns, pod, cid, &[])
+    }
+
+    /// [`Cluster::call_in`], plumb started by the command `wrapper` ([`run_under`]), e.g.
+    /// `env VAR=value` to add to its environment.
+    pub fn call_under(
+        &self,
+        command: &str,
+        netns: &str,
+        pod: (&str, &str, &str),
+        cid: &str,
+        wrapper: &[&str],
+    ) -> std::process::Output {
         let (pns, pname, uid) = pod;
         let args = format!(
             "IgnoreUnknown=1;K8S_POD_NAMESPACE={pns};K8S_POD_NAME={pname};\
              K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID={uid}"
         );
-        run(&CniCall {
+        let call = CniCall {
             command,
             container_id: cid,
             netns,
             ifname: "eth0",
             args: &args,
             config: &self.config,
-        })
+        };
+        run_under(&call, wrapper, &[])
     }
 
     /// The service-account token rotates: a new one accepted and written to the token file, the
