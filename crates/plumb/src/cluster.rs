@@ -34,6 +34,7 @@ use serde_json::{Value, json};
 use crate::plan::Pod;
 
 mod client_stack;
+mod exec_credential;
 mod sources;
 
 use sources::Sources;
@@ -868,13 +869,8 @@ fn beside(dir: &Path, kc: &mut kube::config::Kubeconfig) {
     }
 }
 
-/// A client from the kubeconfig file, its current context's token file read now, and the API
-/// server's URL, within `limit`. A user with an `exec` credential plugin has kube-rs run the
-/// plugin while it builds the client (twice), synchronously and with no timeout: one that does
-/// not return (a cloud's metadata endpoint down, a prompt) held the CNI call until the runtime
-/// gave up on it, with no error. That build runs on a blocking thread, and past `limit` the call
-/// fails with code 11 (the thread is left to end with the process; the plugin's own process,
-/// which kube-rs does not give us, runs on until it returns).
+/// A client from the kubeconfig file, its current context's token file read now (and its exec
+/// credential plugin run: [`exec_credential`]), and the API server's URL, within `limit`.
 async fn client_from(
     kubeconfig: &Path,
     limit: Duration,
@@ -883,36 +879,71 @@ async fn client_from(
     let mut kc =
         read_kubeconfig(kubeconfig, &mut sources).map_err(|e| bad_kubeconfig(kubeconfig, &e))?;
     inline_files(&mut kc, &mut sources).map_err(|e| bad_kubeconfig(kubeconfig, &e))?;
-    let runs_exec = kc
+    if let Some(expires) = credential_from_exec(&mut kc, limit, kubeconfig).await? {
+        sources.valid_until(expires);
+    }
+    let (client, server) = client_of(kc, kubeconfig).await?;
+    Ok((client, server, sources))
+}
+
+/// The current user's exec credential plugin run now, by plumb ([`exec_credential`]), and its
+/// credential put in its place in `kc`, so that kube-rs has nothing to run. When the
+/// credential expires, if it says.
+async fn credential_from_exec(
+    kc: &mut kube::config::Kubeconfig,
+    within: Duration,
+    kubeconfig: &Path,
+) -> Result<Option<std::time::SystemTime>, CniError> {
+    let bad = |e: &dyn std::fmt::Display| bad_kubeconfig(kubeconfig, e);
+    let Some(user) = current_user(kc) else {
+        return Ok(None);
+    };
+    let cluster = current_cluster(kc).cloned();
+    let Some(auth) = kc
         .auth_infos
-        .iter()
-        .any(|a| a.auth_info.as_ref().is_some_and(|i| i.exec.is_some()));
-    if !runs_exec {
-        let (client, server) = client_of(kc, kubeconfig).await?;
-        return Ok((client, server, sources));
+        .iter_mut()
+        .find(|a| a.name == user)
+        .and_then(|a| a.auth_info.as_mut())
+    else {
+        return Ok(None);
+    };
+    let Some(exec) = auth.exec.clone() else {
+        return Ok(None);
+    };
+    let cluster = match (exec.provide_cluster_info, cluster) {
+        (true, Some(c)) => Some(
+            kube::config::ExecAuthCluster::try_from(&c)
+                .map_err(|e| bad(&format!("user {user:?}: exec's cluster information: {e}")))?,
+        ),
+        _ => None,
+    };
+    let ran = tokio::task::spawn_blocking(move || exec_credential::run(&exec, cluster, within))
+        .await
+        .map_err(|e| CniError::new(ErrorCode::Internal, format!("exec credential plugin: {e}")))?;
+    let credential = match ran {
+        Ok(c) => c,
+        Err(exec_credential::Failed::Transient(why)) => {
+            return Err(CniError::new(
+                ErrorCode::TryAgainLater,
+                format!("kubeconfig {}: user {user:?}: {why}", kubeconfig.display()),
+            ));
+        }
+        Err(exec_credential::Failed::Broken(why)) => {
+            return Err(bad(&format!("user {user:?}: {why}")));
+        }
+    };
+    auth.exec = None;
+    if let Some(token) = credential.token {
+        auth.token = Some(token.into());
     }
-    let handle = tokio::runtime::Handle::current();
-    let path = kubeconfig.to_path_buf();
-    let build = tokio::task::spawn_blocking(move || handle.block_on(client_of(kc, &path)));
-    match tokio::time::timeout(limit, build).await {
-        Ok(Ok(built)) => built.map(|(client, server)| (client, server, sources)),
-        Ok(Err(e)) => Err(CniError::new(
-            ErrorCode::Internal,
-            format!(
-                "kubeconfig {}: building the client: {e}",
-                kubeconfig.display()
-            ),
-        )),
-        Err(_) => Err(CniError::new(
-            ErrorCode::TryAgainLater,
-            format!(
-                "kubeconfig {}: its user's exec credential plugin did not return within the {} s \
-                 this call may spend on the API",
-                kubeconfig.display(),
-                limit.as_secs_f32()
-            ),
-        )),
+    if let (Some(cert), Some(key)) = (
+        credential.client_certificate_data,
+        credential.client_key_data,
+    ) {
+        auth.client_certificate_data = Some(cni::base64::encode(cert.as_bytes()));
+        auth.client_key_data = Some(cni::base64::encode(key.as_bytes()).into());
     }
+    Ok(credential.expires)
 }
 
 fn bad_kubeconfig(kubeconfig: &Path, e: &dyn std::fmt::Display) -> CniError {
@@ -1090,6 +1121,13 @@ impl Cluster for KubeCluster {
 /// Other users' and clusters' files are left alone: a stale entry nobody uses must not fail
 /// every call. Without a current context, every one is read (kube-rs then refuses the
 /// kubeconfig with its own message).
+/// The user of `kc`'s current context, if it names one.
+fn current_user(kc: &kube::config::Kubeconfig) -> Option<String> {
+    let current = kc.current_context.as_ref()?;
+    let context = kc.contexts.iter().find(|c| &c.name == current)?;
+    context.context.as_ref()?.user.clone()
+}
+
 /// The cluster of `kc`'s current context, if it names one that is there.
 fn current_cluster(kc: &kube::config::Kubeconfig) -> Option<&kube::config::Cluster> {
     let current = kc.current_context.as_ref()?;
@@ -2046,6 +2084,39 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn an_exec_credential_plugin_may_give_a_client_certificate() {
+        // plumb runs the plugin itself and puts its credential in the kubeconfig: a client
+        // certificate and key (PEM, as the protocol gives them) work as a token does.
+        let (api, dir, _) = cluster(Duration::from_secs(5));
+        let with_cert = api.write_kubeconfig(
+            dir.path().join("kc-cert"),
+            KubeconfigUser::ClientCertificate,
+        );
+        let text = std::fs::read_to_string(&with_cert).unwrap();
+        let pem = |key: &str| {
+            let line = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(key))
+                .unwrap();
+            String::from_utf8(cni::base64::decode(line.trim()).unwrap()).unwrap()
+        };
+        let credential = json!({"apiVersion": "client.authentication.k8s.io/v1beta1",
+            "kind": "ExecCredential", "status": {
+                "clientCertificateData": pem("client-certificate-data:"),
+                "clientKeyData": pem("client-key-data:")}});
+        let answer = dir.path().join("credential.json");
+        std::fs::write(&answer, credential.to_string()).unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let execs = with_exec_user(
+            &kubeconfig,
+            "kc-exec-cert",
+            &format!("cat {}", answer.display()),
+        );
+        let c = KubeCluster::with_budget(&execs, Duration::from_secs(5)).unwrap();
+        assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
     }
 
     #[test]

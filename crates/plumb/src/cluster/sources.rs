@@ -4,30 +4,49 @@
 //! and a rotated service-account token is always the current one (issue 4). The daemon keeps a
 //! client across calls, and uses it again only while every one of these files still holds
 //! exactly what it held when the client was built: a token rotated, a certificate renewed or the
-//! kubeconfig rewritten (Multus's entrypoint rewrites it) gives the next call a new client.
+//! kubeconfig rewritten (Multus's entrypoint rewrites it) gives the next call a new client; and
+//! while the credential an exec plugin gave is not about to expire.
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use cni::files;
 
 #[derive(Debug, Default)]
-pub struct Sources(Vec<(PathBuf, Vec<u8>)>);
+pub struct Sources {
+    files: Vec<(PathBuf, Vec<u8>)>,
+    /// When the credential an exec plugin gave expires (`exec_credential.rs`).
+    valid_until: Option<SystemTime>,
+}
+
+/// How long before its credential expires a client is no longer used: a call that took it
+/// just before would see it refused part-way.
+const EXPIRES_SOON: Duration = Duration::from_secs(60);
 
 impl Sources {
     /// The bytes of `path` (at most `limit`, as [`files::read_bounded`]), remembered.
     pub fn read(&mut self, path: &Path, limit: u64) -> io::Result<Vec<u8>> {
         let bytes = files::read_bounded(path, limit)?;
-        self.0.push((path.to_path_buf(), bytes.clone()));
+        self.files.push((path.to_path_buf(), bytes.clone()));
         Ok(bytes)
     }
 
-    /// Whether every file still holds what it held when it was read. A file gone, unreadable
-    /// or grown counts as changed.
+    /// The credential expires at `at`.
+    pub fn valid_until(&mut self, at: SystemTime) {
+        self.valid_until = Some(at);
+    }
+
+    /// Whether every file still holds what it held when it was read, and the credential is not
+    /// about to expire. A file gone, unreadable or grown counts as changed.
     pub fn unchanged(&self) -> bool {
-        self.0.iter().all(|(path, was)| {
-            files::read_bounded(path, was.len() as u64).is_ok_and(|now| now == *was)
-        })
+        let expiring = self
+            .valid_until
+            .is_some_and(|at| SystemTime::now() + EXPIRES_SOON >= at);
+        !expiring
+            && self.files.iter().all(|(path, was)| {
+                files::read_bounded(path, was.len() as u64).is_ok_and(|now| now == *was)
+            })
     }
 }
 
@@ -52,5 +71,14 @@ mod tests {
         assert!(!sources.unchanged(), "a longer file is a change");
         std::fs::remove_file(&token).unwrap();
         assert!(!sources.unchanged(), "a file gone is a change");
+    }
+
+    #[test]
+    fn a_credential_about_to_expire_is_a_change() {
+        let mut sources = Sources::default();
+        sources.valid_until(SystemTime::now() + Duration::from_secs(3600));
+        assert!(sources.unchanged());
+        sources.valid_until(SystemTime::now() + Duration::from_secs(30));
+        assert!(!sources.unchanged());
     }
 }
