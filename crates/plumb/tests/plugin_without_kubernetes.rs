@@ -1139,6 +1139,26 @@ fn plumb_run_as_its_own_delegate_fails_at_once_instead_of_waiting_for_itself() {
     common::node_wide_calls_fail_at_once(&config);
 }
 
+/// Runs the shell `script` in a mount namespace of its own (so that it can mount a small
+/// tmpfs on the state directory), with `$STATE` (the node's state directory), `$PLUMB`,
+/// `$CONF` (the configuration file `conf`), `CNI_PATH` and `env` set.
+fn with_its_own_mounts(
+    script: &str,
+    node: &Node,
+    conf: &std::path::Path,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> std::process::Output {
+    std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .env("STATE", node.state_dir())
+        .env("PLUMB", env!("CARGO_BIN_EXE_plumb"))
+        .env("CONF", conf)
+        .env("CNI_PATH", common::PLUGINS)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn del_works_on_a_state_directory_with_no_room_for_a_lock_file() {
     // A pod added by a plumb before the container lock has no lock file; when its DEL comes on
@@ -1164,17 +1184,17 @@ fn del_works_on_a_state_directory_with_no_room_for_a_lock_file() {
         ls "$STATE" | grep -v '^fill' >&2
         exit 0
     "#;
-    let out = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", script])
-        .env("STATE", node.state_dir())
-        .env("PLUMB", env!("CARGO_BIN_EXE_plumb"))
-        .env("CONF", &conf)
-        .env("CNI_CONTAINERID", "c-full")
-        .env("CNI_NETNS", ns.path())
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", common::PLUGINS)
-        .output()
-        .unwrap();
+    let netns = ns.path();
+    let out = with_its_own_mounts(
+        script,
+        &node,
+        &conf,
+        &[
+            ("CNI_CONTAINERID", "c-full".as_ref()),
+            ("CNI_NETNS", netns.as_os_str()),
+            ("CNI_IFNAME", "eth0".as_ref()),
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(
@@ -1209,14 +1229,7 @@ fn a_node_wide_call_started_by_plumb_itself_is_refused_on_a_full_state_directory
         CNI_COMMAND=STATUS timeout 20 "$PLUMB" < "$CONF"; echo "STATUS exited $?" >&2
         exit 0
     "#;
-    let out = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", script])
-        .env("STATE", node.state_dir())
-        .env("PLUMB", env!("CARGO_BIN_EXE_plumb"))
-        .env("CONF", &conf)
-        .env("CNI_PATH", common::PLUGINS)
-        .output()
-        .unwrap();
+    let out = with_its_own_mounts(script, &node, &conf, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stderr.contains("STATUS exited 1"), "{stderr}\n{stdout}");
