@@ -128,8 +128,9 @@ enum Failure {
     NoAnswer(Duration),
     /// The call's budget (this long) was spent before this request was answered.
     OutOfTime(Duration),
-    /// Refused (401), and the kubeconfig, read again for a new token, could not be used: why.
-    Unauthorized(kube::Error, String),
+    /// Refused (401), and the kubeconfig, read again for a new token, could not be used: why
+    /// (whose code the call's error takes: a failing exec credential plugin is code 11).
+    Unauthorized(kube::Error, Box<CniError>),
 }
 
 impl Failure {
@@ -247,11 +248,12 @@ fn cni_error(server: &str, what: &str, f: &Failure) -> CniError {
         Failure::Kube(e) => e,
         Failure::Unauthorized(e, reread) => {
             return CniError::new(
-                ErrorCode::Io,
+                reread.kind(),
                 format!(
                     "Kubernetes API {server}: {what}: {} (and the kubeconfig read again for a \
-                     new token could not be used: {reread})",
-                    kube_detail(e)
+                     new token could not be used: {})",
+                    kube_detail(e),
+                    reread.msg
                 ),
             );
         }
@@ -498,7 +500,7 @@ impl KubeCluster {
                     match self.rebuilt_since(generation, started).await {
                         Ok(true) => continue,
                         Ok(false) => Failure::Kube(refused),
-                        Err(why) => return Err(Failure::Unauthorized(refused, why)),
+                        Err(why) => return Err(Failure::Unauthorized(refused, Box::new(why))),
                     }
                 }
                 e => e,
@@ -518,7 +520,7 @@ impl KubeCluster {
     /// request refused at the same time; why not, when the kubeconfig read again could not be
     /// used (the token file gone, say), which is then the error to fix. The rebuild gets what
     /// is left of the budget for requests that started at `started`.
-    async fn rebuilt_since(&self, generation: u64, started: Instant) -> Result<bool, String> {
+    async fn rebuilt_since(&self, generation: u64, started: Instant) -> Result<bool, CniError> {
         let _one_at_a_time = self.rebuilding.lock().await;
         {
             let c = self.client.lock().unwrap_or_else(|p| p.into_inner());
@@ -540,7 +542,7 @@ impl KubeCluster {
                 self.http2.store(false, Ordering::Relaxed);
                 Ok(true)
             }
-            Err(e) => Err(e.msg),
+            Err(e) => Err(e),
         }
     }
 
@@ -879,6 +881,18 @@ async fn client_from(
     let mut kc =
         read_kubeconfig(kubeconfig, &mut sources).map_err(|e| bad_kubeconfig(kubeconfig, &e))?;
     inline_files(&mut kc, &mut sources).map_err(|e| bad_kubeconfig(kubeconfig, &e))?;
+    // kube's proxy support is a feature plumb leaves out (two more crates, for a setup nodes
+    // rarely have): a proxy the kubeconfig names is refused, saying so plainly rather than
+    // with kube's message naming its cargo feature; before any credential plugin runs.
+    if let Some(proxy) = current_cluster(&kc).and_then(|c| c.proxy_url.as_deref()) {
+        return Err(bad_kubeconfig(
+            kubeconfig,
+            &format!(
+                "proxy-url {proxy}: plumb does not connect through a proxy; remove proxy-url so \
+                 that it connects to the API server directly"
+            ),
+        ));
+    }
     if let Some(expires) = credential_from_exec(&mut kc, limit, kubeconfig).await? {
         sources.valid_until(expires);
     }
@@ -959,15 +973,6 @@ async fn client_of(
     kubeconfig: &Path,
 ) -> Result<(kube::Client, String), CniError> {
     let bad = |e: &dyn std::fmt::Display| bad_kubeconfig(kubeconfig, e);
-    // kube's proxy support is a feature plumb leaves out (two more crates, for a setup nodes
-    // rarely have): a proxy the kubeconfig names is refused, saying so plainly rather than
-    // with kube's message naming its cargo feature.
-    if let Some(proxy) = current_cluster(&kc).and_then(|c| c.proxy_url.as_deref()) {
-        return Err(bad(&format!(
-            "proxy-url {proxy}: plumb does not connect through a proxy; remove proxy-url so \
-             that it connects to the API server directly"
-        )));
-    }
     let mut cfg =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await
@@ -2084,6 +2089,15 @@ mod tests {
             ),
             "{e}"
         );
+        // Refused before its user's credential plugin runs: one that hangs does not turn the
+        // configuration error into a timeout.
+        let with_exec = with_exec_user(&proxied, "kc-proxied-exec", "sleep 30");
+        let started = Instant::now();
+        let e = KubeCluster::with_budget(&with_exec, Duration::from_secs(5))
+            .err()
+            .expect("refused");
+        assert!(started.elapsed() < Duration::from_secs(2), "{e}");
+        assert_eq!(e.kind(), ErrorCode::InvalidConfig, "{e}");
     }
 
     #[test]

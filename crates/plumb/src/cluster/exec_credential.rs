@@ -112,13 +112,15 @@ pub fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    for name in exec.drop_env.iter().flatten() {
-        cmd.env_remove(name);
-    }
     let shown = format!("exec credential plugin {command}");
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Failed::Broken(format!("{shown}: cannot start it: {e}")))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        // As client-go: the kubeconfig's hint says how to install a plugin that is missing.
+        let hint = match &exec.install_hint {
+            Some(hint) if e.kind() == std::io::ErrorKind::NotFound => format!(" ({hint})"),
+            _ => String::new(),
+        };
+        Failed::Broken(format!("{shown}: cannot start it: {e}{hint}"))
+    })?;
     let deadline = Instant::now() + within;
     let answered = answer_of(&mut child, deadline).map_err(|why| {
         stop(&mut child);
@@ -217,8 +219,12 @@ fn quoted(stderr: &[u8]) -> String {
 /// The credential of the plugin's answer, which must be an `ExecCredential` of `api_version`
 /// holding a token or a certificate and its key (as client-go requires).
 fn credential(stdout: &[u8], api_version: &str) -> Result<Credential, String> {
-    let answer: Answer = serde_json::from_slice(stdout)
-        .map_err(|e| format!("its answer is not an ExecCredential in JSON: {e}"))?;
+    // YAML, which covers JSON: client-go's decoder takes both, and some plugins answer in YAML
+    // (`aws eks get-token` with the AWS CLI's output set to yaml).
+    let answer: Answer = std::str::from_utf8(stdout)
+        .map_err(|_| "its answer is not UTF-8 text".to_string())
+        .and_then(|text| serde_norway::from_str(text).map_err(|e| e.to_string()))
+        .map_err(|e| format!("its answer is not an ExecCredential in JSON or YAML: {e}"))?;
     if answer.kind.as_deref() != Some("ExecCredential") {
         return Err(format!(
             "its answer is of kind {:?}, not ExecCredential",
@@ -234,15 +240,20 @@ fn credential(stdout: &[u8], api_version: &str) -> Result<Credential, String> {
     let status = answer
         .status
         .ok_or("its answer has no status (no credential)")?;
-    let has_pair = status.client_certificate_data.is_some() && status.client_key_data.is_some();
-    if status.token.as_deref().is_none_or(str::is_empty) && !has_pair {
-        return Err("its answer holds neither a token nor a client certificate and key".into());
-    }
-    if status.client_certificate_data.is_some() != status.client_key_data.is_some() {
+    // An empty field is an absent one, as client-go reads them (scripts print every field).
+    let given = |v: Option<String>| v.filter(|v| !v.is_empty());
+    let (token, cert, key) = (
+        given(status.token),
+        given(status.client_certificate_data),
+        given(status.client_key_data),
+    );
+    if cert.is_some() != key.is_some() {
         return Err("its answer holds a client certificate without its key, or a key alone".into());
     }
-    let expires = status
-        .expiration_timestamp
+    if token.is_none() && cert.is_none() {
+        return Err("its answer holds neither a token nor a client certificate and key".into());
+    }
+    let expires = given(status.expiration_timestamp)
         .as_deref()
         .map(|t| {
             t.parse::<k8s_openapi::jiff::Timestamp>()
@@ -251,9 +262,9 @@ fn credential(stdout: &[u8], api_version: &str) -> Result<Credential, String> {
         })
         .transpose()?;
     Ok(Credential {
-        token: status.token.filter(|t| !t.is_empty()),
-        client_certificate_data: status.client_certificate_data,
-        client_key_data: status.client_key_data,
+        token,
+        client_certificate_data: cert,
+        client_key_data: key,
         expires,
     })
 }
@@ -299,6 +310,44 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_in_yaml_and_empty_fields_are_read_as_client_go_reads_them() {
+        let yaml = "apiVersion: client.authentication.k8s.io/v1\nkind: ExecCredential\n\
+                    status:\n  token: y4ml\n  clientCertificateData: ''\n  clientKeyData: ''\n";
+        let c = run(
+            &sh(&format!("printf '{yaml}'")),
+            None,
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(c.token.as_deref(), Some("y4ml"));
+        assert_eq!((c.client_certificate_data, c.client_key_data), (None, None));
+        // A certificate with an empty key is a certificate alone.
+        let half = r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"x","clientCertificateData":"c","clientKeyData":""}}"#;
+        let e = run(
+            &sh(&format!("echo '{half}'")),
+            None,
+            Duration::from_secs(10),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, Failed::Broken(m) if m.contains("without its key")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_plugin_is_reported_with_its_install_hint() {
+        let mut exec = sh("true");
+        exec.command = Some("/nonexistent/aws-iam-authenticator".into());
+        exec.install_hint = Some("install aws-iam-authenticator from its releases".into());
+        let e = run(&exec, None, Duration::from_secs(10)).unwrap_err();
+        assert!(
+            matches!(&e, Failed::Broken(m) if m.contains("cannot start it") && m.ends_with("(install aws-iam-authenticator from its releases)")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
     fn a_plugin_that_does_not_answer_is_stopped_with_what_it_started() {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("late");
@@ -337,7 +386,10 @@ mod tests {
             "{e:?}"
         );
         for (answer, why) in [
-            ("not json", "not an ExecCredential in JSON"),
+            (
+                "[not, a, credential",
+                "not an ExecCredential in JSON or YAML",
+            ),
             (
                 r#"{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{"token":"x"}}"#,
                 "was asked for",
