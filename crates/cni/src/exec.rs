@@ -232,12 +232,13 @@ struct Finished {
     stdout_cut: bool,
 }
 
-/// Kills a plugin and every process of its group (what it started, such as the IPAM plugin
-/// it was waiting for), and reaps it. Killing the plugin alone left those running: an IPAM
-/// plugin that went on to allocate after the rollback's DEL had released would leak its
-/// address. The plugin is not reaped before its group is killed, so its pid, which is the
-/// group's id, cannot have been given to another process.
-fn kill_group(child: &mut std::process::Child) {
+/// Kills a child that leads its own process group (`process_group(0)`), and every process of
+/// that group (what it started, such as the IPAM plugin a plugin was waiting for), and reaps
+/// it. Killing the plugin alone left those running: an IPAM plugin that went on to allocate
+/// after the rollback's DEL had released would leak its address. The child is not reaped
+/// before its group is killed, so its pid, which is the group's id, cannot have been given to
+/// another process.
+pub fn kill_group(child: &mut std::process::Child) {
     if let Ok(pid) = i32::try_from(child.id()) {
         let _ = nix::sys::signal::killpg(
             nix::unistd::Pid::from_raw(pid),

@@ -977,11 +977,6 @@ async fn client_of(
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await
             .map_err(|e| bad(&e))?;
-    // kube also takes a proxy from `HTTPS_PROXY`, which runtimes behind a corporate proxy
-    // have for pulling images and their plugins inherit: the API server is reached directly,
-    // as `NO_PROXY` says for it on such nodes (kube without its proxy feature ignores
-    // `NO_PROXY`, and refused every call).
-    cfg.proxy_url = None;
     cfg.default_retry = false;
     cfg.connect_timeout = Some(CONNECT_TIMEOUT);
     // No read timeout: every request is bounded whole by its attempt's (`attempt`), and kube's
@@ -2110,17 +2105,11 @@ mod tests {
             KubeconfigUser::ClientCertificate,
         );
         let text = std::fs::read_to_string(&with_cert).unwrap();
-        let pem = |key: &str| {
-            let line = text
-                .lines()
-                .find_map(|l| l.trim().strip_prefix(key))
-                .unwrap();
-            String::from_utf8(cni::base64::decode(line.trim()).unwrap()).unwrap()
-        };
+        let pem = |key: &str| String::from_utf8(data_line(&text, key).1).unwrap();
         let credential = json!({"apiVersion": "client.authentication.k8s.io/v1beta1",
             "kind": "ExecCredential", "status": {
-                "clientCertificateData": pem("client-certificate-data:"),
-                "clientKeyData": pem("client-key-data:")}});
+                "clientCertificateData": pem("client-certificate"),
+                "clientKeyData": pem("client-key")}});
         let answer = dir.path().join("credential.json");
         std::fs::write(&answer, credential.to_string()).unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
@@ -2215,6 +2204,16 @@ mod tests {
         assert_eq!(c.pod("default", "p", false).unwrap().unwrap().name, "p");
     }
 
+    /// The line of kubeconfig `text` giving `key` inline (`<key>-data: …`), and what it holds.
+    fn data_line<'a>(text: &'a str, key: &str) -> (&'a str, Vec<u8>) {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{key}-data:")))
+            .unwrap();
+        let data = line.split_once(':').unwrap().1.trim();
+        (line, cni::base64::decode(data).unwrap())
+    }
+
     #[test]
     fn certificate_and_key_files_are_read_bounded_into_the_kubeconfig() {
         // The cluster's CA, the client certificate and its key named as files work as their
@@ -2229,13 +2228,9 @@ mod tests {
         let keys = ["certificate-authority", "client-certificate", "client-key"];
         let mut with_files = text.clone();
         for key in keys {
-            let line = text
-                .lines()
-                .find(|l| l.trim_start().starts_with(&format!("{key}-data:")))
-                .unwrap();
-            let data = line.split_once(':').unwrap().1.trim();
+            let (line, data) = data_line(&text, key);
             let file = dir.path().join(key);
-            std::fs::write(&file, cni::base64::decode(data).unwrap()).unwrap();
+            std::fs::write(&file, data).unwrap();
             let indent = &line[..line.len() - line.trim_start().len()];
             with_files = with_files.replace(line, &format!("{indent}{key}: {}", file.display()));
         }

@@ -314,9 +314,7 @@ fn a_recreated_pod_or_a_missing_one_gets_nothing() {
 #[test]
 fn pod_annotations_from_the_runtime_spare_the_pod_get() {
     let c = Cluster::new(213);
-    let mut config = c.config.clone();
-    config["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": {NETWORKS: "net-a"}});
-    let c = Cluster { config, ..c };
+    let c = c.with_pod_annotations(json!({NETWORKS: "net-a"}));
     let uid = c.pod("default", "rtann", json!({}));
     let ns = Netns::new();
     let pod = ("default", "rtann", uid.as_str());
@@ -532,9 +530,7 @@ fn a_pod_recreated_before_its_status_is_written_gets_code_3_by_patch_and_by_upda
     // undone, and the runtime's DEL leaves nothing.
     use testkit::kube_api::{Fault, FaultKind};
     let c = Cluster::new(242);
-    let mut config = c.config.clone();
-    config["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": {NETWORKS: "net-a"}});
-    let c = Cluster { config, ..c };
+    let c = c.with_pod_annotations(json!({NETWORKS: "net-a"}));
     c.pod("default", "rp", json!({NETWORKS: "net-a"}));
     let ns = Netns::new();
     let pod = ("default", "rp", "an-old-uid");
@@ -618,9 +614,7 @@ fn a_static_pod_whose_annotations_come_from_the_runtime_gets_its_status() {
                              "kubernetes.io/config.hash": "static-hash-uid",
                              "kubernetes.io/config.mirror": "static-hash-uid",
                              NETWORKS: "net-a"});
-    let mut config = c.config.clone();
-    config["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": annotations.clone()});
-    let c = Cluster { config, ..c };
+    let c = c.with_pod_annotations(annotations.clone());
     c.pod("default", "static-web", annotations);
     let ns = Netns::new();
     let pod = ("default", "static-web", "static-hash-uid");

@@ -12,7 +12,10 @@
 //! handshake too), with `set_nodelay(true)` on the TCP connector. Left out on purpose: kube's
 //! retry layer (plumb retries itself, bounded: `cluster.rs`), its tracing layer (plumb installs
 //! no subscriber), gzip (not enabled). No proxy: plumb builds kube without proxy support, and
-//! `cluster.rs` refuses a kubeconfig naming one and ignores `HTTPS_PROXY`.
+//! `cluster.rs` refuses a kubeconfig naming one. kube also fills the configuration's
+//! `proxy_url` from `HTTPS_PROXY`, which runtimes behind a corporate proxy have for pulling
+//! images and their plugins inherit (with `NO_PROXY` naming the API server): this stack never
+//! uses it, and reaches the API server directly (kube's own builder refused every call there).
 //!
 //! Connections are kept between requests (the daemon keeps its client between calls) with no
 //! read timeout, which would cut an idle connection after that long; each request is bounded

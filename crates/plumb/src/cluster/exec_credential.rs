@@ -123,7 +123,7 @@ pub fn run(
     })?;
     let deadline = Instant::now() + within;
     let answered = answer_of(&mut child, deadline).map_err(|why| {
-        stop(&mut child);
+        cni::exec::kill_group(&mut child);
         Failed::Transient(format!(
             "{shown}: {why} within {:.1} s; it was stopped",
             within.as_secs_f64()
@@ -193,17 +193,6 @@ fn read(mut pipe: impl Read + Send + 'static, limit: u64) -> mpsc::Receiver<Vec<
         let _ = std::io::copy(&mut pipe, &mut std::io::sink());
     });
     rx
-}
-
-/// Kills the plugin's process group, and reaps it.
-fn stop(child: &mut Child) {
-    use nix::sys::signal::{Signal, killpg};
-    use nix::unistd::Pid;
-    if let Ok(pid) = i32::try_from(child.id()) {
-        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 fn quoted(stderr: &[u8]) -> String {
@@ -290,6 +279,15 @@ mod tests {
         }
     }
 
+    /// What a plugin that prints `answer` gives.
+    fn answering(answer: &str) -> Result<Credential, Failed> {
+        run(
+            &sh(&format!("echo '{answer}'")),
+            None,
+            Duration::from_secs(10),
+        )
+    }
+
     const TOKEN: &str = r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t0k","expirationTimestamp":"2030-01-02T03:04:05Z"}}"#;
 
     #[test]
@@ -323,12 +321,7 @@ mod tests {
         assert_eq!((c.client_certificate_data, c.client_key_data), (None, None));
         // A certificate with an empty key is a certificate alone.
         let half = r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"x","clientCertificateData":"c","clientKeyData":""}}"#;
-        let e = run(
-            &sh(&format!("echo '{half}'")),
-            None,
-            Duration::from_secs(10),
-        )
-        .unwrap_err();
+        let e = answering(half).unwrap_err();
         assert!(
             matches!(&e, Failed::Broken(m) if m.contains("without its key")),
             "{e:?}"
@@ -403,12 +396,7 @@ mod tests {
                 "a key alone",
             ),
         ] {
-            let e = run(
-                &sh(&format!("echo '{answer}'")),
-                None,
-                Duration::from_secs(10),
-            )
-            .unwrap_err();
+            let e = answering(answer).unwrap_err();
             assert!(
                 matches!(&e, Failed::Broken(m) if m.contains(why)),
                 "{answer}: {e:?}"

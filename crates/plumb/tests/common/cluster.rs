@@ -129,6 +129,14 @@ impl Cluster {
         self.call_in(command, &netns, pod, cid)
     }
 
+    /// This cluster, its runtime passing `annotations` as the pod's
+    /// (`io.kubernetes.cri.pod-annotations`), so that plumb does not GET the pod.
+    pub fn with_pod_annotations(self, annotations: Value) -> Cluster {
+        let mut config = self.config.clone();
+        config["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": annotations});
+        Cluster { config, ..self }
+    }
+
     pub fn call_in(
         &self,
         command: &str,
