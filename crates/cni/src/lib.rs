@@ -17,6 +17,7 @@
 pub mod args;
 pub mod base64;
 pub mod cache;
+pub mod child;
 pub mod conf_dir;
 pub mod config;
 pub mod error;

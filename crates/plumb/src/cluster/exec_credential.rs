@@ -5,19 +5,22 @@
 //! (a plugin waiting on its cloud's metadata endpoint held the CNI call, and stayed behind when
 //! the call gave up), its whole output read (one printing without end filled the memory), and
 //! twice per client. Here it runs once, in a process group of its own that is killed at the
-//! call's deadline, its output read up to [`MAX_OUTPUT`], never interactive (a CNI plugin has no
-//! terminal), and what it returns (a token, or a client certificate and key) goes into the
-//! kubeconfig in place of the `exec` entry, before kube-rs sees it.
+//! call's deadline, its output read up to [`MAX_OUTPUT`] from the calling thread (as delegates
+//! are: [`cni::child`]; a process it left behind holding its output open is waited for half a
+//! second, never until the deadline, and leaves no thread blocked in the daemon), never
+//! interactive (a CNI plugin has no terminal), and what it returns (a token, or a client
+//! certificate and key) goes into the kubeconfig in place of the `exec` entry, before kube-rs
+//! sees it.
 //!
 //! Its `expirationTimestamp` bounds how long the daemon uses a client built with it
 //! ([`super::sources::Sources`]); without one, the credential is used until the API refuses it
 //! (401), which builds the client, and so runs the plugin, again: as client-go does.
 
-use std::io::Read;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
+
+use cni::child::{PastMax, Unfinished, kill_group, run_to_end};
 
 use kube::config::{ExecAuthCluster, ExecConfig, ExecInteractiveMode};
 use serde::Deserialize;
@@ -25,7 +28,7 @@ use serde_json::json;
 
 /// The most of the plugin's output read: a credential is a token or a certificate and its key,
 /// a few KiB.
-pub const MAX_OUTPUT: u64 = 1 << 20;
+pub const MAX_OUTPUT: usize = 1 << 20;
 
 /// How much of the plugin's stderr an error quotes.
 const STDERR_QUOTED: usize = 1024;
@@ -121,78 +124,30 @@ pub fn run(
         };
         Failed::Broken(format!("{shown}: cannot start it: {e}{hint}"))
     })?;
-    let deadline = Instant::now() + within;
-    let answered = answer_of(&mut child, deadline).map_err(|why| {
-        cni::exec::kill_group(&mut child);
-        Failed::Transient(format!(
-            "{shown}: {why} within {:.1} s; it was stopped",
-            within.as_secs_f64()
-        ))
+    let ran = run_to_end(
+        &mut child,
+        &[],
+        Instant::now() + within,
+        MAX_OUTPUT,
+        PastMax::GiveUp,
+    )
+    .map_err(|e| {
+        kill_group(&mut child);
+        let why = match e {
+            Unfinished::TimedOut => format!("no answer within {:.1} s", within.as_secs_f64()),
+            Unfinished::PastMax => format!("it printed more than {} KiB", MAX_OUTPUT >> 10),
+            Unfinished::Io(e) => format!("its output could not be read ({e})"),
+        };
+        Failed::Transient(format!("{shown}: {why}; it was stopped"))
     })?;
-    if !answered.status.success() {
-        // Its stderr, as far as it wrote it by now.
-        let stderr = answered
-            .stderr
-            .recv_timeout(Duration::from_millis(200))
-            .unwrap_or_default();
+    if !ran.status.success() {
         return Err(Failed::Transient(format!(
             "{shown} failed ({}): {}",
-            answered.status,
-            quoted(&stderr)
+            ran.status,
+            quoted(&ran.stderr)
         )));
     }
-    credential(&answered.stdout, api_version)
-        .map_err(|why| Failed::Broken(format!("{shown}: {why}")))
-}
-
-/// What the plugin did before its deadline.
-struct Answered {
-    /// Its stdout, to its end (up to [`MAX_OUTPUT`]).
-    stdout: Vec<u8>,
-    /// The start of its stderr, as it comes.
-    stderr: mpsc::Receiver<Vec<u8>>,
-    status: ExitStatus,
-}
-
-/// What the plugin printed and how it exited, before `deadline`; or what it did not do.
-fn answer_of(child: &mut Child, deadline: Instant) -> Result<Answered, String> {
-    let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err("its output could not be read".into());
-    };
-    let (stdout, stderr) = (read(out, MAX_OUTPUT), read(err, STDERR_QUOTED as u64));
-    let left = || deadline.saturating_duration_since(Instant::now());
-    let stdout = stdout.recv_timeout(left()).map_err(|_| "no answer")?;
-    if stdout.len() as u64 > MAX_OUTPUT {
-        return Err(format!("it printed more than {} KiB", MAX_OUTPUT >> 10));
-    }
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                return Ok(Answered {
-                    stdout,
-                    stderr,
-                    status,
-                });
-            }
-            Ok(None) if !left().is_zero() => std::thread::sleep(Duration::from_millis(5)),
-            Ok(None) => return Err("it closed its output but did not exit".into()),
-            Err(e) => return Err(format!("cannot wait for it ({e})")),
-        }
-    }
-}
-
-/// What `pipe` holds, up to `limit` and one byte more (which tells "exactly the limit" from
-/// "more"), sent as soon as it is read, from a thread that then drains the rest, so that the
-/// plugin is never held on a full pipe.
-fn read(mut pipe: impl Read + Send + 'static, limit: u64) -> mpsc::Receiver<Vec<u8>> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        let _ = pipe.by_ref().take(limit + 1).read_to_end(&mut kept);
-        let _ = tx.send(kept);
-        let _ = std::io::copy(&mut pipe, &mut std::io::sink());
-    });
-    rx
+    credential(&ran.stdout, api_version).map_err(|why| Failed::Broken(format!("{shown}: {why}")))
 }
 
 fn quoted(stderr: &[u8]) -> String {
@@ -355,6 +310,23 @@ mod tests {
         );
         std::thread::sleep(Duration::from_millis(2500));
         assert!(!marker.exists(), "what it started ran on");
+    }
+
+    #[test]
+    fn a_plugin_that_leaves_a_process_holding_its_output_is_not_waited_for() {
+        // A helper it started (a credential cache, say) keeps its stdout, or its stderr, open
+        // for 30 s: the answer it printed before exiting is used at once.
+        for holder in ["sleep 30 &", "sleep 30 >/dev/null &"] {
+            let started = Instant::now();
+            let c = run(
+                &sh(&format!("echo '{TOKEN}'; {holder}")),
+                None,
+                Duration::from_secs(20),
+            )
+            .unwrap_or_else(|e| panic!("{holder}: {e:?}"));
+            assert_eq!(c.token.as_deref(), Some("t0k"), "{holder}");
+            assert!(started.elapsed() < Duration::from_secs(3), "{holder}");
+        }
     }
 
     #[test]
