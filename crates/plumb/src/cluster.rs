@@ -1733,6 +1733,48 @@ mod tests {
     }
 
     #[test]
+    fn a_patch_refused_by_a_uid_precondition_says_the_pod_was_recreated() {
+        // The API server's answer when a write's UID precondition fails (409, not the 422 of a
+        // UID changed by a merge patch): the sandbox is not the pod's, code 3. A 409 for any
+        // other reason is not taken for it.
+        let (api, _dir, c) = cluster(Duration::from_secs(5));
+        let pod = c.pod("default", "p", false).unwrap().unwrap();
+        let conflict = |message: &str| {
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": message, "reason": "Conflict", "code": 409})
+            .to_string()
+        };
+        api.add_fault(
+            Fault::new(FaultKind::Body(
+                409,
+                conflict(
+                    "Precondition failed: UID in precondition: the-uid-before, UID in object meta: the-new-uid",
+                ),
+            ))
+            .method("PATCH")
+            .path(STATUS_PATH)
+            .times(1),
+        );
+        let e = c.set_network_status(&pod, "[]").unwrap_err();
+        assert_eq!(e.code, ErrorCode::UnknownContainer.code(), "{e}");
+        assert!(e.msg.contains("the pod was recreated"), "{e}");
+        api.add_fault(
+            Fault::new(FaultKind::Body(
+                409,
+                conflict(
+                    "Operation cannot be fulfilled on pods \"p\": the object has been modified",
+                ),
+            ))
+            .method("PATCH")
+            .path(STATUS_PATH)
+            .times(1),
+        );
+        let e = c.set_network_status(&pod, "[]").unwrap_err();
+        assert_ne!(e.code, ErrorCode::UnknownContainer.code(), "{e}");
+        assert!(!e.msg.contains("recreated"), "{e}");
+    }
+
+    #[test]
     fn an_update_of_the_status_of_a_recreated_pod_is_refused() {
         // As the PATCH's UID precondition: the status of this sandbox is not written onto a
         // pod recreated under the same name.
