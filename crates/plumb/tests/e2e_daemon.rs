@@ -233,6 +233,48 @@ fn the_daemon_keeps_its_connection_to_the_api_server_while_no_pod_comes() {
 }
 
 #[test]
+fn the_daemon_runs_an_exec_credential_plugin_again_only_once_its_credential_expires() {
+    // A kept client's credential is used until a minute before its expirationTimestamp: one
+    // expiring within that minute is fetched anew for the next call, one valid for an hour
+    // serves every call. The plugin counts its runs in a file.
+    for (n, lifetime_s, runs) in [(246, 30, 3), (247, 3600, 1)] {
+        let (c, _socket, _daemon) = served(n);
+        let counted = c.node.path("exec-runs");
+        let script = format!(
+            "echo run >> {counted}; printf '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\
+             \"kind\":\"ExecCredential\",\"status\":{{\"token\":\"%s\",\"expirationTimestamp\":\"%s\"}}}}' \
+             \"$(cat {token})\" \"$(date -u -d '+{lifetime_s} seconds' +%Y-%m-%dT%H:%M:%SZ)\"",
+            counted = counted.display(),
+            token = c.token_file.display(),
+        );
+        let kubeconfig = PathBuf::from(c.config["kubeconfig"].as_str().unwrap());
+        let text = fs::read_to_string(&kubeconfig).unwrap();
+        let user = text.find("  user:\n    tokenFile:").unwrap();
+        fs::write(
+            &kubeconfig,
+            format!(
+                "{}  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      \
+                 command: /bin/sh\n      args: [\"-c\", {}]\n",
+                &text[..user],
+                serde_json::to_string(&script).unwrap()
+            ),
+        )
+        .unwrap();
+        for i in 0..3 {
+            let name = format!("exp{i}");
+            let uid = c.pod("default", &name, json!({NETWORKS: "net-a"}));
+            let ns = Netns::new();
+            let pod = ("default", name.as_str(), uid.as_str());
+            ok(&c.call("ADD", &ns, pod, &name));
+            ok(&c.call("DEL", &ns, pod, &name));
+            c.assert_nothing_left(&ns, &name);
+        }
+        let ran = fs::read_to_string(&counted).unwrap().lines().count();
+        assert_eq!(ran, runs, "a credential valid for {lifetime_s} s");
+    }
+}
+
+#[test]
 fn pods_attach_through_the_daemon_on_one_connection_to_the_api_server() {
     let (c, socket, daemon) = served(230);
     let mode = fs::metadata(&socket).unwrap();
