@@ -369,6 +369,33 @@ pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
     Ok(staged)
 }
 
+/// Removes the temporary files [`stage`] left beside `path`, whatever process wrote them:
+/// writers killed before their rename. Only for a caller that knows nobody writes `path` now
+/// (plumb holds the container's turn). Best effort: what could not be listed or removed is left
+/// for GC's sweep ([`sweep_staged`]). Returns the files removed.
+pub fn remove_staged(path: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Vec::new();
+    };
+    let prefix = format!(".{name}.tmp");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| {
+            e.file_name().to_str().is_some_and(|n| {
+                n.strip_prefix(&prefix)
+                    .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+            }) && e.file_type().is_ok_and(|t| t.is_file())
+        })
+        .map(|e| e.path())
+        .filter(|p| fs::remove_file(p).is_ok())
+        .collect();
+    removed.sort();
+    removed
+}
+
 /// Whether `name` is one of [`stage`]'s temporary names, `.<name>.tmp<pid>`.
 fn is_staged_name(name: &str) -> bool {
     name.strip_prefix('.')
@@ -687,6 +714,48 @@ mod tests {
         assert!(cache.list(Some("nobody")).unwrap().is_empty());
         let empty = ResultCache::new("/nonexistent/plumb-test");
         assert!(empty.list(None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_temporary_files_left_beside_a_path_are_removed_and_nothing_else() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("c1.json");
+        for name in [
+            ".c1.json.tmp41",
+            ".c1.json.tmp7",
+            ".c1.json.tmp",
+            ".c1.json.tmpx",
+            ".c1.json.tmp1.json.tmp3",
+            ".c2.json.tmp41",
+            "c1.json",
+        ] {
+            fs::write(d.path().join(name), "{}").unwrap();
+        }
+        fs::create_dir(d.path().join(".c1.json.tmp9")).unwrap();
+        let removed = remove_staged(&path);
+        assert_eq!(
+            removed,
+            [
+                d.path().join(".c1.json.tmp41"),
+                d.path().join(".c1.json.tmp7")
+            ]
+        );
+        let mut left: Vec<_> = fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".c1.json.tmp",
+                ".c1.json.tmp1.json.tmp3",
+                ".c1.json.tmp9",
+                ".c1.json.tmpx",
+                ".c2.json.tmp41",
+                "c1.json"
+            ]
+        );
     }
 
     #[test]

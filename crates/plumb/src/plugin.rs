@@ -976,7 +976,14 @@ impl Plugin for Plumb<'_> {
             call.log.error(&format!("DEL: {e}"));
             e
         })?;
-        // Nothing is left of the container: its lock file goes too (container_lock.rs).
+        // Nothing is left of the container: neither a record that a killed call was writing
+        // (its ADD killed during the record's fsync, say) nor its lock file (container_lock.rs).
+        for f in call.records.remove_staged(&args.container_id) {
+            call.log.verbose(&format!(
+                "DEL: removed {}, a record a killed call was writing",
+                f.display()
+            ));
+        }
         turn.end_for_good();
         // As for ADD: which process ran it (a daemon's log, or the runtime's) shows in whose
         // log the line is.

@@ -328,6 +328,16 @@ impl RecordStore {
         }
     }
 
+    /// Removes what a call killed while it wrote the sandbox's record left under a temporary
+    /// name ([`cni::cache::stage`]; GC would remove it only once it is old). For a caller that
+    /// holds the container's turn, so that no call is writing one now. Returns the files
+    /// removed.
+    pub fn remove_staged(&self, container_id: &str) -> Vec<PathBuf> {
+        self.path(container_id)
+            .map(|path| cni::cache::remove_staged(&path))
+            .unwrap_or_default()
+    }
+
     /// The container IDs that have a record (none when the directory does not exist yet).
     pub fn list(&self) -> Result<Vec<String>, RecordError> {
         self.ids_with_suffix(".json")

@@ -278,7 +278,9 @@ pub fn detach(a: &DetachArgs) -> Result<(), CniError> {
     let sandbox = sandbox_for(&netns, a.container_id.as_deref());
     let turn = node.turn(&sandbox)?;
     let attached = node.executor().del(&sandbox, &netns)?;
-    // Nothing of the sandbox is left (or ever was): its lock file goes too.
+    // Nothing of the sandbox is left (or ever was): neither a record a killed `attach` was
+    // writing nor its lock file.
+    node.records.remove_staged(&sandbox.container_id);
     turn.end_for_good();
     if attached {
         Ok(())

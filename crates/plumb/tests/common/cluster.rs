@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use testkit::kube_api::{KubeApi, KubeApiOptions, KubeconfigUser, Resource};
 use testkit::netns::{Link, Netns, unique_name};
 
-use super::{CniCall, Node, run_under};
+use super::{CniCall, Node, run_under, start};
 
 pub const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
 pub const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
@@ -46,6 +46,14 @@ pub fn nad(ns: &str, name: &str, config: Value) -> Value {
     json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
            "metadata": {"namespace": ns, "name": name},
            "spec": {"config": config.to_string()}})
+}
+
+/// The `CNI_ARGS` a runtime gives plumb for sandbox `cid` of pod (namespace, name, UID).
+fn pod_args((ns, name, uid): (&str, &str, &str), cid: &str) -> String {
+    format!(
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name};\
+         K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID={uid}"
+    )
 }
 
 impl Cluster {
@@ -157,20 +165,38 @@ impl Cluster {
         cid: &str,
         wrapper: &[&str],
     ) -> std::process::Output {
-        let (pns, pname, uid) = pod;
-        let args = format!(
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE={pns};K8S_POD_NAME={pname};\
-             K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID={uid}"
-        );
-        let call = CniCall {
+        let args = pod_args(pod, cid);
+        run_under(&self.call_for(command, netns, &args, cid), wrapper, &[])
+    }
+
+    /// plumb started for a call as [`Cluster::call_in`] runs it, not waited for (its output
+    /// piped): for a test that kills it on the way.
+    pub fn start(
+        &self,
+        command: &str,
+        netns: &str,
+        pod: (&str, &str, &str),
+        cid: &str,
+    ) -> std::process::Child {
+        let args = pod_args(pod, cid);
+        start(&self.call_for(command, netns, &args, cid), |_| {})
+    }
+
+    fn call_for<'a>(
+        &'a self,
+        command: &'a str,
+        netns: &'a str,
+        args: &'a str,
+        cid: &'a str,
+    ) -> CniCall<'a> {
+        CniCall {
             command,
             container_id: cid,
             netns,
             ifname: "eth0",
-            args: &args,
+            args,
             config: &self.config,
-        };
-        run_under(&call, wrapper, &[])
+        }
     }
 
     /// The service-account token rotates: a new one accepted and written to the token file, the
