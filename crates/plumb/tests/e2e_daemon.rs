@@ -972,3 +972,19 @@ fn an_add_the_runtime_gave_up_on_while_it_waited_for_its_turn_is_not_run() {
     assert_eq!(node.all_allocations(), 0);
     assert!(!node.record("w1").exists());
 }
+
+#[test]
+fn an_add_whose_shim_was_killed_at_any_point_is_undone_by_the_del_that_follows() {
+    // Through the daemon the runtime's deadline kills the shim; the daemon finishes or stops
+    // the call, and the DEL (which waits for it) leaves nothing.
+    let (c, _socket, _daemon) = served(250);
+    c.kill_at_any_point("ADD", |_, _| {});
+}
+
+#[test]
+fn a_del_whose_shim_was_killed_at_any_point_is_finished_by_the_next_one() {
+    let (c, _socket, _daemon) = served(251);
+    c.kill_at_any_point("DEL", |c, (ns, pod, cid)| {
+        ok(&c.call("ADD", ns, pod, cid));
+    });
+}

@@ -2,11 +2,14 @@
 //! serving the cluster network and two more NADs, a kubeconfig with a token file, the node's
 //! directories, and the host bridges the NADs use.
 
+use std::fs;
+use std::process::Command;
+
 use serde_json::{Value, json};
 use testkit::kube_api::{KubeApi, KubeApiOptions, KubeconfigUser, Resource};
 use testkit::netns::{Link, Netns, unique_name};
 
-use super::{CniCall, Node, run_under, start};
+use super::{CniCall, Node, descendants, run_under, start};
 
 pub const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
 pub const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
@@ -249,5 +252,81 @@ impl Cluster {
             "cache entries left: {:?}",
             self.node.cache_entries()
         );
+    }
+
+    /// `command` of a pod on three networks started, then plumb (the shim, through the daemon)
+    /// killed after each of a series of delays, alone, then with every process it started, and
+    /// a DEL run after it: each DEL succeeds and leaves nothing, no interface in the pod, no port
+    /// on the host's bridges, no address, no record, lock, cache entry or temporary file.
+    /// `before` prepares each sandbox.
+    pub fn kill_at_any_point(
+        &self,
+        command: &str,
+        before: impl Fn(&Cluster, (&Netns, (&str, &str, &str), &str)),
+    ) {
+        let c = self;
+        let uid = c.pod(
+            "default",
+            "killed",
+            json!({NETWORKS: "net-a,other-ns/net-b@mv1"}),
+        );
+        let ns = Netns::new();
+        let netns = ns.path().display().to_string();
+        let pod = ("default", "killed", uid.as_str());
+        let bridges: Vec<String> = c._links.iter().map(|l| l.name().to_string()).collect();
+        let mut i = 0;
+        for with_what_it_started in [false, true] {
+            for after_ms in [0, 1, 2, 4, 6, 9, 13, 18, 25, 35, 50, 70, 100, 140] {
+                i += 1;
+                let cid = format!("ck{i}");
+                before(c, (&ns, pod, &cid));
+                let mut call = c.start(command, &netns, pod, &cid);
+                std::thread::sleep(std::time::Duration::from_millis(after_ms));
+                let started = if with_what_it_started {
+                    descendants(call.id())
+                } else {
+                    Vec::new()
+                };
+                call.kill().unwrap();
+                for pid in started {
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status();
+                }
+                call.wait().unwrap();
+                let when = format!(
+                    "killed {after_ms} ms into its {command} (with what it started: {with_what_it_started})"
+                );
+                let out = c.call("DEL", &ns, pod, &cid);
+                assert!(
+                    out.status.success(),
+                    "{when}: {}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                assert_eq!(ns.links(), ["lo"], "{when}: interfaces left in the pod");
+                // The bridge plugin makes its bridge on its first ADD.
+                for bridge in bridges
+                    .iter()
+                    .filter(|b| testkit::netns::host_link_exists(b))
+                {
+                    let ports = testkit::netns::ip_json(&["link", "show", "master", bridge]);
+                    assert_eq!(ports, json!([]), "{when}: ports left on {bridge}");
+                }
+                assert_eq!(c.node.all_allocations(), 0, "{when}: addresses left");
+                assert!(
+                    c.node.cache_entries().is_empty(),
+                    "{when}: cache entries left: {:?}",
+                    c.node.cache_entries()
+                );
+                let state: Vec<_> = fs::read_dir(c.node.state_dir())
+                    .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+                    .unwrap_or_default();
+                assert!(
+                    state.is_empty(),
+                    "{when}: left in the state directory: {state:?}"
+                );
+            }
+        }
     }
 }

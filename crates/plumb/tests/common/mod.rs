@@ -386,3 +386,31 @@ pub fn add_fails_at_once_and_del_undoes_it(node: &Node, config: &Value, containe
     assert!(!node.record(container_id).exists());
     assert_eq!(ns.links(), ["lo"]);
 }
+
+/// Every process descended from `pid`, as /proc shows them now.
+fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let child: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
+            // After the command's closing parenthesis: state, then the parent's pid.
+            let parent = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((child, parent))
+        })
+        .collect();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.split_off(1)
+}
