@@ -144,8 +144,13 @@ impl Call {
         for w in &config.warnings {
             log.verbose(w);
         }
-        let cni_args = cni::args::parse(&args.args)?;
-        let pod_args = PodArgs::from_args(&cni_args)?;
+        // Said in plumb's log too: the runtime's view of the error is not always at hand.
+        let logged = |e: CniError| {
+            log.error(&format!("CNI_ARGS: {e}"));
+            e
+        };
+        let cni_args = cni::args::parse(&args.args).map_err(logged)?;
+        let pod_args = PodArgs::from_args(&cni_args).map_err(logged)?;
         // One log (one open log file) for plumb's lines and its delegates' stderr.
         let log = Arc::new(log);
         let cni = delegates_runner(&config, &args.path, &log, config.cni_dir.clone());
@@ -181,7 +186,15 @@ impl Call {
             Waiting::Long => log.error(&format!("{command}: {line}")),
         };
         let turn =
-            crate::container_lock::take_for(&self.records, &args.container_id, caller.pid(), &say)?;
+            crate::container_lock::take_for(&self.records, &args.container_id, caller.pid(), &say)
+                .inspect_err(|e| match e {
+                    // DEL says it itself, with what it does then (it succeeds: there is nothing to undo).
+                    crate::container_lock::NoTurn::Nested(_) if command == "DEL" => {}
+                    crate::container_lock::NoTurn::Nested(e)
+                    | crate::container_lock::NoTurn::Failed(e) => {
+                        log.error(&format!("{command}: container {}: {e}", args.container_id))
+                    }
+                })?;
         // A process that runs this call alone lets its delegates hold the turn with it, so
         // that one left running by a kill of this process still holds back the next call.
         if let Caller::ThisProcess = caller {

@@ -1366,3 +1366,56 @@ fn a_delegate_left_running_by_a_killed_plumb_holds_back_the_del_which_then_undoe
     assert_eq!(del.node.all_allocations(), 0, "addresses left");
     assert_eq!(state_files(&del.node), Vec::<String>::new());
 }
+
+#[test]
+fn a_call_refused_before_its_work_says_why_in_plumbs_log_too() {
+    // The runtime's copy of the error is not always at hand (a kubelet event long gone, a
+    // runtime's log rotated): a bad CNI_ARGS and plumb run as its own delegate are in plumb's
+    // log as every later failure is.
+    testkit::netns::require_root();
+    let node = Node::new();
+    let log = node.path("plumb.log");
+    let config = node.config(json!({
+        "logFile": log, "logLevel": "error", "logToStderr": false,
+        "delegates": [node.bridge("net-a", &unique_name("pa"), 60)]
+    }));
+    let out = run(&CniCall {
+        command: "ADD",
+        container_id: "c-args",
+        netns: "/var/run/netns/nowhere",
+        ifname: "eth0",
+        args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default",
+        config: &config,
+    });
+    let e = err(&out);
+    assert_eq!(e["code"], 4, "{e}");
+    let logged = fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged.contains("[error] CNI_ARGS: CNI_ARGS names a pod but has no K8S_POD_NAME"),
+        "{logged}"
+    );
+
+    let nested = node.path("nested.log");
+    let config = common::plumb_as_its_own_delegate(
+        &node,
+        json!({"logFile": nested, "logLevel": "error", "logToStderr": false}),
+    );
+    let ns = Netns::new();
+    let netns = ns.path().display().to_string();
+    let call = |command| CniCall {
+        command,
+        container_id: "c-nest-log",
+        netns: &netns,
+        ifname: "eth0",
+        args: "",
+        config: &config,
+    };
+    err(&run(&call("ADD")));
+    let logged = fs::read_to_string(&nested).unwrap_or_default();
+    assert!(
+        logged.contains("[error] ADD: container c-nest-log: ")
+            && logged.contains("plumb is running as a delegate of plumb itself"),
+        "{logged}"
+    );
+    ok(&run(&call("DEL")));
+}
