@@ -1079,3 +1079,71 @@ fn a_del_killed_at_any_point_is_finished_by_the_next_one() {
         ok(&c.call("ADD", ns, pod, cid));
     });
 }
+
+#[test]
+fn one_transient_api_failure_at_any_request_of_an_add_is_ridden_out() {
+    // An API server failing over, restarting or shedding load answers one request of an ADD
+    // with a 500, a 503, a 429 or a closed connection: whichever request it is (the pod's GET,
+    // a NAD's, the status PATCH), the ADD succeeds with every network and its status, and the
+    // DEL leaves nothing.
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(252);
+    let nads = "/apis/k8s.cni.cncf.io/v1/namespaces";
+    let mut i = 0;
+    for (method, path) in [
+        ("GET", "/api/v1/namespaces/default/pods/"),
+        (
+            "GET",
+            &*format!("{nads}/kube-system/network-attachment-definitions/default-net"),
+        ),
+        (
+            "GET",
+            &*format!("{nads}/default/network-attachment-definitions/net-a"),
+        ),
+        (
+            "GET",
+            &*format!("{nads}/other-ns/network-attachment-definitions/net-b"),
+        ),
+        ("PATCH", "/api/v1/namespaces/default/pods/"),
+    ] {
+        for (fault, answered) in [
+            (FaultKind::Status(500, "InternalError".into()), 500),
+            (FaultKind::Unavailable, 503),
+            (FaultKind::TooManyRequests(1), 429),
+            // Closed without an answer.
+            (FaultKind::Disconnect, 0),
+        ] {
+            i += 1;
+            let (name, cid) = (format!("flaky{i}"), format!("cf{i}"));
+            let uid = c.pod(
+                "default",
+                &name,
+                json!({NETWORKS: "net-a,other-ns/net-b@mv1"}),
+            );
+            let when = format!("{fault:?} on {method} {path}");
+            c.api
+                .add_fault(Fault::new(fault).method(method).path(path).times(1));
+            let ns = Netns::new();
+            let pod = ("default", name.as_str(), uid.as_str());
+            c.api.clear_requests();
+            let out = c.call("ADD", &ns, pod, &cid);
+            assert!(
+                c.api.requests().iter().any(|r| r.method == method
+                    && r.path.starts_with(path)
+                    && r.status == answered),
+                "{when}: the fault was not met"
+            );
+            assert!(
+                out.status.success(),
+                "{when}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+            assert_eq!(ns.links(), ["lo", "eth0", "net1", "mv1"], "{when}");
+            let status = c.status_of("default", &name);
+            assert_eq!(status.map(|s| s.len()), Some(3), "{when}");
+            ok(&c.call("DEL", &ns, pod, &cid));
+            c.assert_nothing_left(&ns, &cid);
+            c.api.clear_faults();
+        }
+    }
+}
