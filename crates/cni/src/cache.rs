@@ -716,6 +716,16 @@ mod tests {
         assert!(empty.list(None).unwrap().is_empty());
     }
 
+    /// The names of what `dir` holds, sorted.
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
     #[test]
     fn the_temporary_files_left_beside_a_path_are_removed_and_nothing_else() {
         let d = tempfile::tempdir().unwrap();
@@ -740,13 +750,8 @@ mod tests {
                 d.path().join(".c1.json.tmp7")
             ]
         );
-        let mut left: Vec<_> = fs::read_dir(d.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        left.sort();
         assert_eq!(
-            left,
+            names_in(d.path()),
             [
                 ".c1.json.tmp",
                 ".c1.json.tmp1.json.tmp3",
@@ -785,13 +790,8 @@ mod tests {
                 d.path().join(".net-a-abc-eth0.tmp7")
             ]
         );
-        let mut left: Vec<String> = fs::read_dir(d.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        left.sort();
         assert_eq!(
-            left,
+            names_in(d.path()),
             [
                 ".abc.json.tmp",
                 ".abc.json.tmp12x",

@@ -1739,37 +1739,26 @@ mod tests {
         // other reason is not taken for it.
         let (api, _dir, c) = cluster(Duration::from_secs(5));
         let pod = c.pod("default", "p", false).unwrap().unwrap();
-        let conflict = |message: &str| {
-            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                   "message": message, "reason": "Conflict", "code": 409})
-            .to_string()
+        // The status PATCH answered with a 409 saying `message`, once; what it fails with.
+        let refused_with = |message: &str| {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "message": message, "reason": "Conflict", "code": 409});
+            api.add_fault(
+                Fault::new(FaultKind::Body(409, status.to_string()))
+                    .method("PATCH")
+                    .path(STATUS_PATH)
+                    .times(1),
+            );
+            c.set_network_status(&pod, "[]").unwrap_err()
         };
-        api.add_fault(
-            Fault::new(FaultKind::Body(
-                409,
-                conflict(
-                    "Precondition failed: UID in precondition: the-uid-before, UID in object meta: the-new-uid",
-                ),
-            ))
-            .method("PATCH")
-            .path(STATUS_PATH)
-            .times(1),
+        let e = refused_with(
+            "Precondition failed: UID in precondition: the-uid-before, UID in object meta: the-new-uid",
         );
-        let e = c.set_network_status(&pod, "[]").unwrap_err();
         assert_eq!(e.code, ErrorCode::UnknownContainer.code(), "{e}");
         assert!(e.msg.contains("the pod was recreated"), "{e}");
-        api.add_fault(
-            Fault::new(FaultKind::Body(
-                409,
-                conflict(
-                    "Operation cannot be fulfilled on pods \"p\": the object has been modified",
-                ),
-            ))
-            .method("PATCH")
-            .path(STATUS_PATH)
-            .times(1),
+        let e = refused_with(
+            "Operation cannot be fulfilled on pods \"p\": the object has been modified",
         );
-        let e = c.set_network_status(&pod, "[]").unwrap_err();
         assert_ne!(e.code, ErrorCode::UnknownContainer.code(), "{e}");
         assert!(!e.msg.contains("recreated"), "{e}");
     }
