@@ -74,9 +74,11 @@ pub fn run_to_end(
 /// Kills a child that leads its own process group (`process_group(0)`), and every process of
 /// that group (what it started, such as the IPAM plugin a plugin was waiting for), and reaps
 /// it. Killing the plugin alone left those running: an IPAM plugin that went on to allocate
-/// after the rollback's DEL had released would leak its address. The child is not reaped
-/// before its group is killed, so its pid, which is the group's id, cannot have been given to
-/// another process.
+/// after the rollback's DEL had released would leak its address. The child is normally not
+/// reaped before its group is killed, so its pid, which is the group's id, cannot have been
+/// given to another process; after [`run_to_end`] saw it exit (a process it left holding its
+/// output past the grace) it has been, and the pid could in principle be reused within that
+/// half second.
 pub fn kill_group(child: &mut Child) {
     if let Ok(pid) = i32::try_from(child.id()) {
         let _ = nix::sys::signal::killpg(

@@ -146,7 +146,7 @@ impl Call {
         }
         // Said in plumb's log too: the runtime's view of the error is not always at hand.
         let logged = |e: CniError| {
-            log.error(&format!("CNI_ARGS: {e}"));
+            log.error(&format!("container {}: {e}", args.container_id));
             e
         };
         let cni_args = cni::args::parse(&args.args).map_err(logged)?;
@@ -185,23 +185,24 @@ impl Call {
             Waiting::Begins => log.verbose(&format!("{command}: {line}")),
             Waiting::Long => log.error(&format!("{command}: {line}")),
         };
-        let turn =
-            crate::container_lock::take_for(&self.records, &args.container_id, caller.pid(), &say)
-                .inspect_err(|e| match e {
-                    // DEL says it itself, with what it does then (it succeeds: there is nothing to undo).
-                    crate::container_lock::NoTurn::Nested(_) if command == "DEL" => {}
-                    crate::container_lock::NoTurn::Nested(e)
-                    | crate::container_lock::NoTurn::Failed(e) => {
-                        log.error(&format!("{command}: container {}: {e}", args.container_id))
-                    }
-                })?;
-        // A process that runs this call alone lets its delegates hold the turn with it, so
-        // that one left running by a kill of this process still holds back the next call.
-        if let Caller::ThisProcess = caller {
-            turn.share_with_children()
-                .map_err(crate::container_lock::NoTurn::Failed)?;
-        }
-        Ok(turn)
+        crate::container_lock::take_for(&self.records, &args.container_id, caller.pid(), &say)
+            .and_then(|turn| {
+                // A process that runs this call alone lets its delegates hold the turn with it,
+                // so that one left running by a kill of this process still holds back the next
+                // call.
+                if let Caller::ThisProcess = caller {
+                    turn.share_with_children()
+                        .map_err(crate::container_lock::NoTurn::Failed)?;
+                }
+                Ok(turn)
+            })
+            // Said in plumb's log too (the runtime's copy is not always at hand). Not plumb run
+            // as its own delegate: the outer plumb's error says it, with what it was doing.
+            .inspect_err(|e| {
+                if let crate::container_lock::NoTurn::Failed(e) = e {
+                    log.error(&format!("{command}: container {}: {e}", args.container_id))
+                }
+            })
     }
 
     /// The API client, when plumb has a kubeconfig. A kubeconfig that cannot be used is an

@@ -173,13 +173,13 @@ fn a_bandwidth_rate_without_a_burst_is_applied() {
 
 #[test]
 fn the_same_network_twice() {
-    let c = Cluster::new(207);
+    let c = Cluster::new(253);
     let uid = c.pod("default", "twice", json!({NETWORKS: "net-a,net-a"}));
     let ns = Netns::new();
     let pod = ("default", "twice", uid.as_str());
     ok(&c.call("ADD", &ns, pod, "ctw"));
-    assert_eq!(ns.addresses("net1"), ["10.207.2.2/24"]);
-    assert_eq!(ns.addresses("net2"), ["10.207.2.3/24"]);
+    assert_eq!(ns.addresses("net1"), ["10.253.2.2/24"]);
+    assert_eq!(ns.addresses("net2"), ["10.253.2.3/24"]);
     let status = c.status_of("default", "twice").unwrap();
     let names: Vec<&str> = status
         .iter()
@@ -588,7 +588,7 @@ fn pods_start_under_multus_rbac_which_grants_update_of_pod_status_not_patch() {
     // get, list, update, watch). plumb's PATCH is refused; it writes the network-status with a
     // GET and a PUT, as Multus does, and the pod starts.
     use testkit::kube_api::{Fault, FaultKind};
-    let c = Cluster::new(231);
+    let c = Cluster::new(254);
     let uid = c.pod("default", "mrbac", json!({NETWORKS: "net-a"}));
     c.api.add_fault(
         Fault::new(FaultKind::Status(403, "Forbidden".into()))
@@ -867,7 +867,7 @@ fn status_with_the_api_server_silent_says_not_available_within_seconds() {
     // again, instead of holding the runtime's status report for an ADD's whole 30 s budget.
     use std::time::{Duration, Instant};
     use testkit::kube_api::{Fault, FaultKind};
-    let c = Cluster::new(230);
+    let c = Cluster::new(255);
     let mut config = c.config.clone();
     config["cniVersion"] = json!("1.1.0");
     c.api

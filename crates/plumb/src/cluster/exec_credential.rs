@@ -315,8 +315,8 @@ mod tests {
     #[test]
     fn a_plugin_that_leaves_a_process_holding_its_output_is_not_waited_for() {
         // A helper it started (a credential cache, say) keeps its stdout, or its stderr, open
-        // for 30 s: the answer it printed before exiting is used at once.
-        for holder in ["sleep 30 &", "sleep 30 >/dev/null &"] {
+        // for 4 s: the answer it printed before exiting is used at once.
+        for holder in ["sleep 4 &", "sleep 4 >/dev/null &"] {
             let started = Instant::now();
             let c = run(
                 &sh(&format!("echo '{TOKEN}'; {holder}")),
