@@ -372,37 +372,31 @@ pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
 /// Removes the temporary files [`stage`] left beside `path`, whatever process wrote them:
 /// writers killed before their rename. Only for a caller that knows nobody writes `path` now
 /// (plumb holds the container's turn). Best effort: what could not be listed or removed is left
-/// for GC's sweep ([`sweep_staged`]). Returns the files removed.
+/// for GC's sweep ([`sweep_staged`]). Returns the files removed (none said when one failed).
 pub fn remove_staged(path: &Path) -> Vec<PathBuf> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
         return Vec::new();
     };
-    let prefix = format!(".{name}.tmp");
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut removed: Vec<PathBuf> = entries
-        .flatten()
-        .filter(|e| {
-            e.file_name().to_str().is_some_and(|n| {
-                n.strip_prefix(&prefix)
-                    .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
-            }) && e.file_type().is_ok_and(|t| t.is_file())
-        })
-        .map(|e| e.path())
-        .filter(|p| fs::remove_file(p).is_ok())
-        .collect();
-    removed.sort();
-    removed
+    // Every one there, however new: "last written more than no time ago".
+    sweep_temporaries(dir, std::time::Duration::ZERO, |n| {
+        staged_target(n) == Some(name)
+    })
+    .unwrap_or_default()
 }
 
 /// Whether `name` is one of [`stage`]'s temporary names, `.<name>.tmp<pid>`.
 fn is_staged_name(name: &str) -> bool {
+    staged_target(name).is_some()
+}
+
+/// The file a temporary name of [`stage`] (`.<name>.tmp<pid>`) stands for: `<name>`.
+fn staged_target(name: &str) -> Option<&str> {
     name.strip_prefix('.')
         .and_then(|n| n.rsplit_once(".tmp"))
-        .is_some_and(|(base, pid)| {
+        .filter(|(base, pid)| {
             !base.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
         })
+        .map(|(base, _)| base)
 }
 
 /// Removes the temporary files [`stage`] left in `dir` and that were last written more than
