@@ -276,9 +276,9 @@ impl<'a> PendingRecord<'a> {
         Ok(PendingRecord { exec, committed })
     }
 
-    /// Once the first attachment is done, or could not start a delegate: the record is in
-    /// place, written now if no delegate took it, or this is why it is not. Later calls are
-    /// no-ops.
+    /// Before a first attachment that has a device-info file, or once the first attachment is
+    /// done or could not start a delegate: the record is in place, written now if no delegate
+    /// took it, or this is why it is not. Later calls are no-ops.
     fn settle(&self) -> Result<(), Unwritten> {
         if let Some(gate) = self.exec.take_stdin_gate() {
             return gate().map_err(|error| Unwritten {
@@ -341,6 +341,18 @@ impl Executor<'_> {
         };
         let pending =
             PendingRecord::hand_to_first_delegate(&*self.cni.exec, self.records.stage(&record)?)?;
+        // The first attachment's device-info file is plumb's to remove, and after a crash only
+        // the record says it is there (a DEL without one plans from the API, which may no longer
+        // know the pod). So when there is one to make, the record is put in place before it,
+        // without overlapping its fsyncs with the delegate's start-up; later attachments' files
+        // are made once the first delegate has taken the record's write.
+        if record
+            .attachments
+            .first()
+            .is_some_and(|r| r.device_info_file.is_some())
+        {
+            pending.settle().map_err(|u| u.error)?;
+        }
         let n = attachments.len();
         let mut added = Vec::with_capacity(n);
         for (i, a) in attachments.iter().enumerate() {
@@ -351,8 +363,8 @@ impl Executor<'_> {
             {
                 // A record that could not be written: no delegate read its configuration (the
                 // first was stopped before it did, or none started), so nothing ran and there
-                // is nothing to roll back, but the device-info file made for it (a copy of the
-                // device plugin's) is plumb's own.
+                // is nothing to roll back (nor a device-info file: with one, the record was
+                // settled before it was made).
                 let e = match outcome {
                     // The attachment had failed already, before any delegate took the record's
                     // write (its plugin not found, its device-info file not made, its delegate
@@ -367,13 +379,7 @@ impl Executor<'_> {
                     // Its delegate was stopped by the write: the failure is the write's.
                     _ => unwritten.error,
                 };
-                return Err(match &r.device_info_file {
-                    Some(path) => match delete_device_info_file(&record, r, path) {
-                        Ok(()) => e,
-                        Err(left) => e.add_details(format!("device-info file left: {}", left.msg)),
-                    },
-                    None => e,
-                });
+                return Err(e);
             }
             match outcome {
                 Ok(a) => added.push(a),
@@ -772,8 +778,8 @@ mod tests {
 
     use super::*;
 
-    /// Plugins that start, then wait for the gate as `RawExec`'s do; before the first one gets
-    /// its stdin, the state directory is removed, so the record cannot be put in place.
+    /// Plugins that start, then wait for the gate as `RawExec`'s do; the state directory is
+    /// removed once the record is staged, so the record cannot be put in place.
     struct LosingTheStateDir {
         state_dir: PathBuf,
         gate: Mutex<Option<StdinGate>>,
@@ -786,6 +792,7 @@ mod tests {
         }
 
         fn hold_next_stdin(&self, gate: StdinGate) -> Result<(), CniError> {
+            std::fs::remove_dir_all(&self.state_dir).unwrap();
             *self.gate.lock().unwrap() = Some(gate);
             Ok(())
         }
@@ -796,7 +803,6 @@ mod tests {
 
         fn exec_plugin(&self, _: &Path, _: &[u8], env: &PluginEnv) -> Result<ExecOutput, CniError> {
             if let Some(gate) = self.take_stdin_gate() {
-                std::fs::remove_dir_all(&self.state_dir).unwrap();
                 gate()?;
             }
             self.ran.lock().unwrap().push(env.command.clone());
@@ -957,25 +963,125 @@ mod tests {
 
     #[test]
     fn a_record_that_cannot_be_put_in_place_fails_add_before_any_delegate_acts() {
+        // Whether the first attachment has a device-info file to make (the record is then put
+        // in place before it) or not (the record's write is then held by its first delegate).
+        for first_has_device in [true, false] {
+            let d = tempfile::tempdir().unwrap();
+            let state_dir = d.path().join("state");
+            let ran = std::sync::Arc::new(Mutex::new(Vec::new()));
+            let exec = LosingTheStateDir {
+                state_dir: state_dir.clone(),
+                gate: Mutex::new(None),
+                ran: std::sync::Arc::clone(&ran),
+            };
+            let cni = runner(d.path(), exec);
+            let records = RecordStore::new(&state_dir);
+            let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
+            let executor = executor(&cni, &records, &dirs);
+            let sandbox = Sandbox {
+                container_id: "c-lost".into(),
+                netns: "/var/run/netns/x".into(),
+                ..Sandbox::default()
+            };
+            // A device whose device plugin wrote a device-info file, which plumb would copy
+            // for the attachment before its delegate starts.
+            let dp = dirs.dp_path("vendor.com/nic", "0000:03:00.1");
+            std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
+            std::fs::write(
+                &dp,
+                r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:03:00.1"}}"#,
+            )
+            .unwrap();
+            let mut first = attachment("net-a", "eth0", "fake");
+            if first_has_device {
+                first.device = Some(crate::plan::Device {
+                    id: "0000:03:00.1".into(),
+                    resource: Some("vendor.com/nic".into()),
+                });
+            }
+            let e = executor
+                .add(
+                    &sandbox,
+                    None,
+                    &[first, attachment("net-b", "net1", "fake")],
+                )
+                .unwrap_err();
+            let case = format!("first attachment with a device: {first_has_device}");
+            assert!(e.msg.contains("c-lost.json"), "{case}: {e}");
+            // Said to be the attachment record, not the libcni result cache it is written like.
+            assert!(
+                e.msg.contains("attachment record") && !e.msg.contains("result cache"),
+                "{case}: {e}"
+            );
+            // No delegate acted (not even a rollback DEL), and nothing is left behind.
+            assert!(ran.lock().unwrap().is_empty(), "{case}: {:?}", ran.lock());
+            assert!(cni.exec.take_stdin_gate().is_none(), "{case}");
+            assert!(!records.path("c-lost").unwrap().exists(), "{case}");
+            assert!(cni.cache.list(Some("c-lost")).unwrap().is_empty(), "{case}");
+            let left: Vec<_> = std::fs::read_dir(dirs.cni_dir())
+                .map(|d| d.collect())
+                .unwrap_or_default();
+            assert!(left.is_empty(), "{case}: device-info files left: {left:?}");
+            assert!(
+                dp.exists(),
+                "the device plugin's own file is not plumb's to remove"
+            );
+        }
+    }
+
+    /// plumb killed as its first delegate starts (a panic stands for the kill): the delegates of
+    /// a later call succeed.
+    #[derive(Default)]
+    struct KilledAtFirstStart {
+        gate: Mutex<Option<StdinGate>>,
+        killed: std::sync::atomic::AtomicBool,
+        ran: std::sync::Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Exec for KilledAtFirstStart {
+        fn find_in_path(&self, plugin_type: &str, _: &[PathBuf]) -> Result<PathBuf, CniError> {
+            Ok(PathBuf::from(plugin_type))
+        }
+
+        fn hold_next_stdin(&self, gate: StdinGate) -> Result<(), CniError> {
+            *self.gate.lock().unwrap() = Some(gate);
+            Ok(())
+        }
+
+        fn take_stdin_gate(&self) -> Option<StdinGate> {
+            self.gate.lock().unwrap().take()
+        }
+
+        fn exec_plugin(&self, _: &Path, _: &[u8], env: &PluginEnv) -> Result<ExecOutput, CniError> {
+            if !self.killed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                // Killed before the delegate got its stdin: a record still held back is lost.
+                drop(self.take_stdin_gate());
+                panic!("plumb killed as its first delegate starts");
+            }
+            self.ran.lock().unwrap().push(env.command.clone());
+            Ok(ExecOutput {
+                stdout: br#"{"cniVersion":"1.0.0"}"#.to_vec(),
+                stderr: Vec::new(),
+            })
+        }
+    }
+
+    #[test]
+    fn an_add_killed_after_its_first_device_info_file_is_made_leaves_a_record_that_removes_it() {
+        // A DEL without a record plans from the API, which may no longer know the pod: only a
+        // record can say that the first attachment's device-info file is plumb's to remove.
         let d = tempfile::tempdir().unwrap();
-        let state_dir = d.path().join("state");
-        let ran = std::sync::Arc::new(Mutex::new(Vec::new()));
-        let exec = LosingTheStateDir {
-            state_dir: state_dir.clone(),
-            gate: Mutex::new(None),
-            ran: std::sync::Arc::clone(&ran),
-        };
+        let exec = KilledAtFirstStart::default();
+        let ran = std::sync::Arc::clone(&exec.ran);
         let cni = runner(d.path(), exec);
-        let records = RecordStore::new(&state_dir);
+        let records = RecordStore::new(d.path().join("state"));
         let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
         let executor = executor(&cni, &records, &dirs);
         let sandbox = Sandbox {
-            container_id: "c-lost".into(),
+            container_id: "c-killed".into(),
             netns: "/var/run/netns/x".into(),
             ..Sandbox::default()
         };
-        // The first attachment has a device whose device plugin wrote a device-info file: it
-        // is copied for the attachment before its delegate starts.
         let dp = dirs.dp_path("vendor.com/nic", "0000:03:00.1");
         std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
         std::fs::write(
@@ -988,26 +1094,22 @@ mod tests {
             id: "0000:03:00.1".into(),
             resource: Some("vendor.com/nic".into()),
         });
-        let e = executor
-            .add(
-                &sandbox,
-                None,
-                &[with_device, attachment("net-b", "net1", "fake")],
-            )
-            .unwrap_err();
-        assert!(e.msg.contains("c-lost.json"), "{e}");
-        // Said to be the attachment record, not the libcni result cache it is written like.
-        assert!(
-            e.msg.contains("attachment record") && !e.msg.contains("result cache"),
-            "{e}"
+        let killed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            executor.add(&sandbox, None, &[with_device])
+        }));
+        assert!(killed.is_err(), "the ADD was not stopped");
+        let made: Vec<_> = std::fs::read_dir(dirs.cni_dir()).unwrap().collect();
+        assert_eq!(
+            made.len(),
+            1,
+            "the first attachment's device-info file: {made:?}"
         );
-        // No delegate acted (not even a rollback DEL), and nothing is left behind.
-        assert!(ran.lock().unwrap().is_empty(), "{:?}", ran.lock().unwrap());
-        assert!(cni.exec.take_stdin_gate().is_none());
-        assert!(!records.path("c-lost").unwrap().exists());
-        assert!(cni.cache.list(Some("c-lost")).unwrap().is_empty());
+        assert!(records.path("c-killed").unwrap().exists(), "no record");
+        executor.del(&sandbox, &sandbox.netns).unwrap();
+        assert_eq!(*ran.lock().unwrap(), ["DEL"]);
         let left: Vec<_> = std::fs::read_dir(dirs.cni_dir()).unwrap().collect();
         assert!(left.is_empty(), "device-info files left: {left:?}");
+        assert!(!records.path("c-killed").unwrap().exists());
         assert!(
             dp.exists(),
             "the device plugin's own file is not plumb's to remove"
