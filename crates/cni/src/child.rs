@@ -74,11 +74,9 @@ pub fn run_to_end(
 /// Kills a child that leads its own process group (`process_group(0)`), and every process of
 /// that group (what it started, such as the IPAM plugin a plugin was waiting for), and reaps
 /// it. Killing the plugin alone left those running: an IPAM plugin that went on to allocate
-/// after the rollback's DEL had released would leak its address. The child is normally not
-/// reaped before its group is killed, so its pid, which is the group's id, cannot have been
-/// given to another process; after [`run_to_end`] saw it exit (a process it left holding its
-/// output past the grace) it has been, and the pid could in principle be reused within that
-/// half second.
+/// after the rollback's DEL had released would leak its address. The child is not reaped
+/// before its group is killed ([`run_to_end`] sees it exit without reaping it), so its pid,
+/// which is the group's id, cannot have gone to another process.
 pub fn kill_group(child: &mut Child) {
     if let Ok(pid) = i32::try_from(child.id()) {
         let _ = nix::sys::signal::killpg(
@@ -117,7 +115,7 @@ fn communicate(
         let now = Instant::now();
         if exited_at.is_none() && now >= next_exit_check {
             next_exit_check = now + EXIT_CHECK;
-            if matches!(child.try_wait(), Ok(Some(_))) {
+            if has_exited(child) {
                 exited_at = Some(now);
             }
         }
@@ -195,6 +193,22 @@ fn communicate(
     Ok((stdout, stderr))
 }
 
+/// Whether the child has exited, without reaping it (waitid(2) with `WNOWAIT`): until it is
+/// reaped its pid, which is its process group's id, stays its own, so that [`kill_group`] of a
+/// child that exited while a process it left behind held its output cannot reach another
+/// process that was given the pid meanwhile.
+fn has_exited(child: &Child) -> bool {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let Ok(pid) = i32::try_from(child.id()) else {
+        return false;
+    };
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    matches!(
+        waitid(Id::Pid(nix::unistd::Pid::from_raw(pid)), flags),
+        Ok(status) if status != WaitStatus::StillAlive
+    )
+}
+
 /// Bytes that fit in a pipe with one write that never blocks (POSIX PIPE_BUF on Linux).
 const PIPE_BUF: usize = 4096;
 
@@ -247,5 +261,58 @@ fn read_some<R: Read>(pipe: &mut Option<R>, out: &mut Vec<u8>, buf: &mut [u8], m
         }
         Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Command, Stdio};
+
+    use super::*;
+
+    /// The state letter of process `pid` in /proc, if it is still there.
+    fn state(pid: u32) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(") ")?.1.chars().next()
+    }
+
+    #[test]
+    fn a_child_that_exited_is_not_reaped_before_its_group_is_killed() {
+        // It exits at once, leaving a process of another session holding its stdout, so the
+        // call runs into its deadline within the grace after the exit. Until kill_group, its
+        // pid (its group's id) must stay its own, a zombie: reaped, it could be given to
+        // another process, whose group killpg would then kill.
+        let d = tempfile::tempdir().unwrap();
+        let holder = d.path().join("holder.pid");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("setsid sleep 30 & echo $! > {}", holder.display()));
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + LEFT_BEHIND_GRACE / 2 + EXIT_CHECK * 2;
+        let r = run_to_end(&mut child, &[], deadline, 1 << 10, PastMax::ReadOn);
+        let holder: i32 = std::fs::read_to_string(&holder)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let zombie = state(child.id());
+        kill_group(&mut child);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(holder),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        assert!(matches!(r, Err(Unfinished::TimedOut)), "{r:?}");
+        assert_eq!(
+            zombie,
+            Some('Z'),
+            "the child was reaped before its group was killed"
+        );
+        assert_eq!(state(child.id()), None, "kill_group reaps it");
     }
 }
