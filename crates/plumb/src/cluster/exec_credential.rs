@@ -134,7 +134,8 @@ pub fn run(
     .map_err(|e| {
         kill_group(&mut child);
         let why = match e {
-            Unfinished::TimedOut => format!("no answer within {:.1} s", within.as_secs_f64()),
+            // Silent, or its answer printed and its output closed: either way it still ran.
+            Unfinished::TimedOut => format!("it did not exit within {:.1} s", within.as_secs_f64()),
             Unfinished::PastMax => format!("it printed more than {} KiB", MAX_OUTPUT >> 10),
             Unfinished::Io(e) => format!("its output could not be read ({e})"),
         };
@@ -296,6 +297,18 @@ mod tests {
     }
 
     #[test]
+    fn a_plugin_that_answers_but_does_not_exit_is_not_said_to_have_given_no_answer() {
+        // Its credential printed and its output closed, it hangs: what the operator must look
+        // at is why it does not exit, not why it is silent.
+        let exec = sh(&format!("echo '{TOKEN}'; exec >&- 2>&-; sleep 30"));
+        let e = run(&exec, None, Duration::from_millis(500)).unwrap_err();
+        assert!(
+            matches!(&e, Failed::Transient(m) if m.contains("it did not exit within 0.5 s; it was stopped")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
     fn a_plugin_that_does_not_answer_is_stopped_with_what_it_started() {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("late");
@@ -305,7 +318,7 @@ mod tests {
         let e = run(&exec, None, Duration::from_millis(500)).unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(3), "{e:?}");
         assert!(
-            matches!(&e, Failed::Transient(m) if m.contains("no answer within 0.5 s; it was stopped")),
+            matches!(&e, Failed::Transient(m) if m.contains("it did not exit within 0.5 s; it was stopped")),
             "{e:?}"
         );
         std::thread::sleep(Duration::from_millis(2500));
