@@ -203,10 +203,13 @@ fn has_exited(child: &Child) -> bool {
         return false;
     };
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-    matches!(
-        waitid(Id::Pid(nix::unistd::Pid::from_raw(pid)), flags),
-        Ok(status) if status != WaitStatus::StillAlive
-    )
+    match waitid(Id::Pid(nix::unistd::Pid::from_raw(pid)), flags) {
+        Ok(status) => status != WaitStatus::StillAlive,
+        // nix cannot name a real-time signal (34 and up): a child killed by one has exited.
+        Err(Errno::EINVAL) => true,
+        // ECHILD: not ours to wait for (reaped already), as `try_wait` would fail.
+        Err(_) => false,
+    }
 }
 
 /// Bytes that fit in a pipe with one write that never blocks (POSIX PIPE_BUF on Linux).
@@ -276,43 +279,114 @@ mod tests {
         stat.rsplit_once(") ")?.1.chars().next()
     }
 
+    /// `script` run by `sh` as a plugin is, leading its own process group, its stdout piped.
+    /// It writes the pid of a process it starts in a session of its own, which holds that
+    /// stdout, to `holder`; dropped, both are killed.
+    struct LeavesAHolder {
+        child: Child,
+        holder: std::path::PathBuf,
+        /// Its group killed and it reaped: its pid may be another process's by now.
+        killed: bool,
+    }
+
+    impl LeavesAHolder {
+        fn start(dir: &std::path::Path, script: &str) -> LeavesAHolder {
+            let holder = dir.join("holder.pid");
+            let mut cmd = Command::new("sh");
+            cmd.arg("-c").arg(format!(
+                "setsid sleep 30 & echo $! > {}; {script}",
+                holder.display()
+            ));
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+            let child = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            LeavesAHolder {
+                child,
+                holder,
+                killed: false,
+            }
+        }
+
+        fn kill_group(&mut self) {
+            kill_group(&mut self.child);
+            self.killed = true;
+        }
+
+        /// Waits up to 2 s for the child to be a zombie (exited, not reaped).
+        fn zombie_within_2s(&self) -> bool {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if state(self.child.id()) == Some('Z') {
+                    return true;
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+            false
+        }
+    }
+
+    impl Drop for LeavesAHolder {
+        fn drop(&mut self) {
+            if !self.killed {
+                self.kill_group();
+            }
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Some(pid) = std::fs::read_to_string(&self.holder)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                    return;
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
     #[test]
     fn a_child_that_exited_is_not_reaped_before_its_group_is_killed() {
-        // It exits at once, leaving a process of another session holding its stdout, so the
-        // call runs into its deadline within the grace after the exit. Until kill_group, its
-        // pid (its group's id) must stay its own, a zombie: reaped, it could be given to
-        // another process, whose group killpg would then kill.
+        // It exits at once, leaving the holder with its stdout, so the call runs into its
+        // deadline within the grace after the exit. Until kill_group, its pid (its group's
+        // id) must stay its own, a zombie: reaped, it could be given to another process,
+        // whose group killpg would then kill.
         let d = tempfile::tempdir().unwrap();
-        let holder = d.path().join("holder.pid");
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(format!("setsid sleep 30 & echo $! > {}", holder.display()));
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut p = LeavesAHolder::start(d.path(), "exit 0");
         let deadline = Instant::now() + LEFT_BEHIND_GRACE / 2 + EXIT_CHECK * 2;
-        let r = run_to_end(&mut child, &[], deadline, 1 << 10, PastMax::ReadOn);
-        let holder: i32 = std::fs::read_to_string(&holder)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let zombie = state(child.id());
-        kill_group(&mut child);
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(holder),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        let r = run_to_end(&mut p.child, &[], deadline, 1 << 10, PastMax::ReadOn);
         assert!(matches!(r, Err(Unfinished::TimedOut)), "{r:?}");
-        assert_eq!(
-            zombie,
-            Some('Z'),
-            "the child was reaped before its group was killed"
+        assert!(
+            p.zombie_within_2s(),
+            "the child was reaped before its group was killed: {:?}",
+            state(p.child.id())
         );
-        assert_eq!(state(child.id()), None, "kill_group reaps it");
+        let pid = p.child.id();
+        p.kill_group();
+        assert_eq!(state(pid), None, "kill_group reaps it");
+    }
+
+    #[test]
+    fn a_child_killed_by_a_real_time_signal_is_seen_to_exit() {
+        // Killed by signal 34 while the holder keeps its stdout: its answer (none) is all
+        // there is once the grace is over, not at the deadline.
+        let d = tempfile::tempdir().unwrap();
+        let mut p = LeavesAHolder::start(d.path(), "kill -34 $$");
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(20);
+        let r = run_to_end(&mut p.child, &[], deadline, 1 << 10, PastMax::ReadOn);
+        let took = started.elapsed();
+        let finished = r.expect("it was seen to exit");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&finished.status),
+            Some(34)
+        );
+        assert!(took < Duration::from_secs(10), "{took:?}");
     }
 }

@@ -305,8 +305,8 @@ impl<'a> PendingRecord<'a> {
 struct Unwritten {
     error: CniError,
     /// Whether a delegate took the write (and was stopped when it failed, failing its
-    /// attachment with this same error), rather than it being written after the attachment
-    /// ended without starting one.
+    /// attachment with this same error), rather than it being written by plumb itself: after
+    /// the attachment ended without starting one, or before its device-info file was copied.
     stopped_a_delegate: bool,
 }
 
@@ -341,15 +341,17 @@ impl Executor<'_> {
         };
         let pending =
             PendingRecord::hand_to_first_delegate(&*self.cni.exec, self.records.stage(&record)?)?;
-        // The first attachment's device-info file is plumb's to remove, and after a crash only
-        // the record says it is there (a DEL without one plans from the API, which may no longer
-        // know the pod). So when there is one to make, the record is put in place before it,
-        // without overlapping its fsyncs with the delegate's start-up; later attachments' files
-        // are made once the first delegate has taken the record's write.
-        if record
-            .attachments
+        // A device-info file plumb copies from a device plugin's (device-info spec §5.1) is
+        // plumb's to remove, and after a crash only the record says it is there (a DEL without
+        // one plans from the API, which may no longer know the pod). So when the first
+        // attachment has one to copy, the record is put in place before it, its fsyncs not
+        // overlapping the delegate's start-up; later attachments' copies are made once the
+        // first delegate has taken the record's write. (Should the first attachment's plugin
+        // be missing too, only the record's failure is reported, the plugin's at the retry.)
+        if attachments
             .first()
-            .is_some_and(|r| r.device_info_file.is_some())
+            .and_then(|a| a.device.as_ref())
+            .is_some_and(|d| d.resource.is_some())
         {
             pending.settle().map_err(|u| u.error)?;
         }
@@ -363,8 +365,8 @@ impl Executor<'_> {
             {
                 // A record that could not be written: no delegate read its configuration (the
                 // first was stopped before it did, or none started), so nothing ran and there
-                // is nothing to roll back (nor a device-info file: with one, the record was
-                // settled before it was made).
+                // is nothing to roll back (nor a device-info file copied: with one to copy, the
+                // record was settled before).
                 let e = match outcome {
                     // The attachment had failed already, before any delegate took the record's
                     // write (its plugin not found, its device-info file not made, its delegate
@@ -383,8 +385,20 @@ impl Executor<'_> {
             }
             match outcome {
                 Ok(a) => added.push(a),
-                // Nothing of this attachment ran: only those before it are undone.
+                // Nothing of this attachment ran: only those before it are undone. Its
+                // device-info file may have been copied already (its first plugin then could
+                // not be started): the rollback leaves the attachment out of the record, so the
+                // file goes now or never.
                 Err((e, AddFailure::BeforeDelegates)) => {
+                    let e = match &r.device_info_file {
+                        Some(path) => match delete_device_info_file(&record, r, path) {
+                            Ok(()) => e,
+                            Err(left) => {
+                                e.add_details(format!("device-info file left: {}", left.msg))
+                            }
+                        },
+                        None => e,
+                    };
                     return Err(self.roll_back(sandbox, &record, i, None, e));
                 }
                 Err((e, AddFailure::Delegates { started })) => {
@@ -1018,10 +1032,11 @@ mod tests {
             assert!(cni.exec.take_stdin_gate().is_none(), "{case}");
             assert!(!records.path("c-lost").unwrap().exists(), "{case}");
             assert!(cni.cache.list(Some("c-lost")).unwrap().is_empty(), "{case}");
-            let left: Vec<_> = std::fs::read_dir(dirs.cni_dir())
-                .map(|d| d.collect())
-                .unwrap_or_default();
-            assert!(left.is_empty(), "{case}: device-info files left: {left:?}");
+            // None was made (not made and then removed).
+            assert!(
+                !dirs.cni_dir().exists(),
+                "{case}: a device-info file was made"
+            );
             assert!(
                 dp.exists(),
                 "the device plugin's own file is not plumb's to remove"
@@ -1114,6 +1129,80 @@ mod tests {
             dp.exists(),
             "the device plugin's own file is not plumb's to remove"
         );
+    }
+
+    /// Plugins of type `unstartable` cannot be started (as an exec that fails); the others
+    /// succeed.
+    struct Unstartable;
+
+    impl Exec for Unstartable {
+        fn find_in_path(&self, plugin_type: &str, _: &[PathBuf]) -> Result<PathBuf, CniError> {
+            Ok(PathBuf::from(plugin_type))
+        }
+
+        fn exec_plugin(&self, p: &Path, _: &[u8], _: &PluginEnv) -> Result<ExecOutput, CniError> {
+            if p == Path::new("unstartable") {
+                return Err(
+                    CniError::new(cni::ErrorCode::Io, "cannot execute plugin: EACCES")
+                        .plugin_not_started(),
+                );
+            }
+            Ok(ExecOutput {
+                stdout: br#"{"cniVersion":"1.0.0"}"#.to_vec(),
+                stderr: Vec::new(),
+            })
+        }
+    }
+
+    #[test]
+    fn a_device_info_file_copied_for_a_plugin_that_cannot_start_is_removed() {
+        // The attachment failed before anything of it ran, so the rollback leaves it out of
+        // the record: its device-info file, copied already, must go with the ADD's failure,
+        // whether it is the first attachment's or a later one's.
+        for device_at in [0, 1] {
+            let d = tempfile::tempdir().unwrap();
+            let cni = runner(d.path(), Unstartable);
+            let records = RecordStore::new(d.path().join("state"));
+            let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
+            let executor = executor(&cni, &records, &dirs);
+            let sandbox = Sandbox {
+                container_id: "c-ns".into(),
+                netns: "/var/run/netns/x".into(),
+                ..Sandbox::default()
+            };
+            let dp = dirs.dp_path("vendor.com/nic", "0000:03:00.1");
+            std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
+            std::fs::write(
+                &dp,
+                r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:03:00.1"}}"#,
+            )
+            .unwrap();
+            let mut attachments = [
+                attachment("net-a", "eth0", "fake"),
+                attachment("net-b", "net1", "fake"),
+            ];
+            attachments[device_at] = Attachment {
+                device: Some(crate::plan::Device {
+                    id: "0000:03:00.1".into(),
+                    resource: Some("vendor.com/nic".into()),
+                }),
+                ..attachment(
+                    &attachments[device_at].network,
+                    &attachments[device_at].ifname,
+                    "unstartable",
+                )
+            };
+            let e = executor.add(&sandbox, None, &attachments).unwrap_err();
+            assert!(e.msg.contains("EACCES"), "device at {device_at}: {e}");
+            let left: Vec<_> = std::fs::read_dir(dirs.cni_dir()).unwrap().collect();
+            assert!(left.is_empty(), "device at {device_at}: left {left:?}");
+            executor.del(&sandbox, &sandbox.netns).unwrap();
+            assert!(!records.path("c-ns").unwrap().exists());
+            assert!(
+                dp.exists(),
+                "the device plugin's own file is not plumb's to remove"
+            );
+        }
     }
 
     /// Plugins that cannot be found, looked for after the state directory was removed: the

@@ -5,8 +5,9 @@
 //! (temporary file, fsync, rename, directory fsync: [`cni::cache::write_durable`]) with
 //! every planned attachment *before* the first delegate reads its configuration (the fsyncs
 //! overlap that delegate's start-up: `execute.rs`, `PendingRecord`; when the first attachment
-//! has a device-info file to make, before that file), so a crash or a kill at any point leaves
-//! a record that names every delegate and file that may have been acted on (DEL of an
+//! has a device plugin's device-info file to copy, before that copy), so a crash or a kill at
+//! any point leaves a record that names every delegate and file that may have been acted on
+//! (DEL of an
 //! attachment that never ran is harmless: DEL is idempotent). A DEL, or a rollback, that undoes
 //! only part of it rewrites it with what is left; a failed ADD wholly undone leaves it naming
 //! nothing, so the runtime's DEL after it has nothing to do. DEL reads it, so it needs neither

@@ -134,8 +134,12 @@ pub fn run(
     .map_err(|e| {
         kill_group(&mut child);
         let why = match e {
-            // Silent, or its answer printed and its output closed: either way it still ran.
-            Unfinished::TimedOut => format!("it did not exit within {:.1} s", within.as_secs_f64()),
+            // Silent; or answered, its output closed, and hung; or exited, a process it started
+            // holding its output: which of them, the deadline cannot tell.
+            Unfinished::TimedOut => format!(
+                "it (or a process it started) did not finish within {:.1} s",
+                within.as_secs_f64()
+            ),
             Unfinished::PastMax => format!("it printed more than {} KiB", MAX_OUTPUT >> 10),
             Unfinished::Io(e) => format!("its output could not be read ({e})"),
         };
@@ -303,7 +307,7 @@ mod tests {
         let exec = sh(&format!("echo '{TOKEN}'; exec >&- 2>&-; sleep 30"));
         let e = run(&exec, None, Duration::from_millis(500)).unwrap_err();
         assert!(
-            matches!(&e, Failed::Transient(m) if m.contains("it did not exit within 0.5 s; it was stopped")),
+            matches!(&e, Failed::Transient(m) if m.contains("it (or a process it started) did not finish within 0.5 s; it was stopped")),
             "{e:?}"
         );
     }
@@ -318,7 +322,7 @@ mod tests {
         let e = run(&exec, None, Duration::from_millis(500)).unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(3), "{e:?}");
         assert!(
-            matches!(&e, Failed::Transient(m) if m.contains("it did not exit within 0.5 s; it was stopped")),
+            matches!(&e, Failed::Transient(m) if m.contains("it (or a process it started) did not finish within 0.5 s; it was stopped")),
             "{e:?}"
         );
         std::thread::sleep(Duration::from_millis(2500));
