@@ -407,6 +407,79 @@ fn pods_attached_together_through_the_daemon_each_get_their_networks() {
 }
 
 #[test]
+fn pods_attached_and_detached_together_in_both_modes_each_get_their_networks_and_leave_nothing() {
+    // Eight pods on three networks, each through three sandboxes one after the other, all at
+    // once; each sandbox's calls alternately through the daemon and in thin mode, so that both
+    // run side by side on the same host bridges, IPAM store, result cache and state directory.
+    let (c, _socket, _daemon) = served(199);
+    let mut thin = c.config.clone();
+    thin.as_object_mut().unwrap().remove("plumbDaemonSocket");
+    let pods: Vec<(String, String, Netns)> = (0..8)
+        .map(|i| {
+            let name = format!("s{i}");
+            let uid = c.pod(
+                "default",
+                &name,
+                json!({NETWORKS: "net-a,other-ns/net-b@mv1"}),
+            );
+            (name, uid, Netns::new())
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for (i, (name, uid, ns)) in pods.iter().enumerate() {
+            let (c, thin) = (&c, &thin);
+            s.spawn(move || {
+                let netns = ns.path().display().to_string();
+                for round in 0..3 {
+                    let cid = format!("s{i}r{round}");
+                    let args = format!(
+                        "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};\
+                         K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID={uid}"
+                    );
+                    let config = if (i + round) % 2 == 0 {
+                        &c.config
+                    } else {
+                        thin
+                    };
+                    let call = |command| {
+                        common::run(&CniCall {
+                            command,
+                            container_id: &cid,
+                            netns: &netns,
+                            ifname: "eth0",
+                            args: &args,
+                            config,
+                        })
+                    };
+                    let added = ok(&call("ADD"));
+                    let address = added["ips"][0]["address"].as_str().unwrap().to_string();
+                    assert!(address.starts_with("10.199.1."), "{cid}: {added}");
+                    let mut links = ns.links();
+                    links.sort();
+                    assert_eq!(links, ["eth0", "lo", "mv1", "net1"], "{cid}");
+                    assert_eq!(ns.addresses("eth0"), [address], "{cid}");
+                    ok(&call("CHECK"));
+                    ok(&call("DEL"));
+                    assert_eq!(ns.links(), ["lo"], "{cid}");
+                }
+            });
+        }
+    });
+    assert_eq!(c.node.all_allocations(), 0, "addresses left");
+    assert!(
+        c.node.cache_entries().is_empty(),
+        "{:?}",
+        c.node.cache_entries()
+    );
+    // No record, lock or temporary file.
+    let left: Vec<_> = fs::read_dir(c.node.state_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left in the state directory: {left:?}");
+}
+
+#[test]
 fn a_daemon_does_not_take_a_path_that_is_not_a_socket() {
     let node = common::Node::new();
     let file = node.path("not-a-socket");
