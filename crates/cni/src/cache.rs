@@ -210,12 +210,21 @@ impl ResultCache {
         Ok(Some(result))
     }
 
-    /// Removes an entry; a missing one is not an error (DEL is idempotent).
+    /// Removes an entry; a missing one is not an error (DEL is idempotent). When it is missing,
+    /// the temporary files of writers killed before their rename ([`stage`]) go instead: an
+    /// ADD killed while it wrote the entry leaves one, which nothing but GC's hourly sweep
+    /// would remove, and a runtime older than CNI 1.1 never sends GC. Only the missing entry's
+    /// costs a listing of the directory, so a DEL of an attachment whose ADD ended does not
+    /// pay it. For a caller that knows nobody writes the entry now (plumb holds the
+    /// container's turn).
     pub fn remove(&self, network: &str, container_id: &str, ifname: &str) -> Result<(), CniError> {
         let path = self.path(network, container_id, ifname)?;
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                remove_staged(&path);
+                Ok(())
+            }
             Err(e) => Err(io_err("cannot remove", &path, e)),
         }
     }
@@ -644,6 +653,42 @@ mod tests {
         assert_eq!(r.ips[0].address.to_string(), "10.1.2.3/24");
         cache.remove("n", "c", "eth0").unwrap();
         assert!(!p.exists());
+    }
+
+    #[test]
+    fn removing_a_missing_entry_removes_what_a_killed_writer_left_of_it_and_nothing_else() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(d.path());
+        fs::create_dir_all(cache.results_dir()).unwrap();
+        // A writer killed before its rename, another container's, and look-alikes.
+        let left = [
+            ".n-c-eth0.tmp4242",
+            ".n-c2-eth0.tmp4242",
+            ".n-c-eth0.tmp",
+            "n-c-eth0.tmp4242",
+        ];
+        for name in left {
+            fs::write(cache.results_dir().join(name), b"{").unwrap();
+        }
+        let names = || -> Vec<String> {
+            let mut v: Vec<String> = fs::read_dir(cache.results_dir())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        // An entry in place: removed alone (its ADD ended; nothing is listed).
+        let entry = cache.path("n", "c", "eth0").unwrap();
+        fs::write(&entry, b"{}").unwrap();
+        cache.remove("n", "c", "eth0").unwrap();
+        assert_eq!(names().len(), 4, "{:?}", names());
+        // Missing: its writer's temporary file goes.
+        cache.remove("n", "c", "eth0").unwrap();
+        assert_eq!(
+            names(),
+            [".n-c-eth0.tmp", ".n-c2-eth0.tmp4242", "n-c-eth0.tmp4242"]
+        );
     }
 
     #[test]

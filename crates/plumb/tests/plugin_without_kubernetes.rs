@@ -1448,3 +1448,31 @@ fn a_del_removes_its_records_temporary_files_and_no_other() {
         ]
     );
 }
+
+#[test]
+fn a_del_removes_what_an_add_killed_while_writing_a_result_cache_entry_left() {
+    // An ADD killed between writing a result cache entry under its temporary name and renaming
+    // it into place leaves `.<network>-<id>-<ifname>.tmp<pid>` and no entry: the DEL removes
+    // it; another container's stays.
+    testkit::netns::require_root();
+    let node = Node::new();
+    let config = node.config(json!({"delegates": [node.bridge("net-a", &unique_name("pr"), 62)]}));
+    let ns = Netns::new();
+    let netns = ns.path().display().to_string();
+    let call = |command| CniCall {
+        command,
+        container_id: "c-kc",
+        netns: &netns,
+        ifname: "eth0",
+        args: "",
+        config: &config,
+    };
+    ok(&run(&call("ADD")));
+    let results = node.cache_dir().join("results");
+    let entry = results.join("net-a-c-kc-eth0");
+    assert!(entry.exists());
+    fs::rename(&entry, results.join(".net-a-c-kc-eth0.tmp4242")).unwrap();
+    fs::write(results.join(".net-a-c-other-eth0.tmp4242"), "{}").unwrap();
+    ok(&run(&call("DEL")));
+    assert_eq!(node.cache_entries(), [".net-a-c-other-eth0.tmp4242"]);
+}
