@@ -61,7 +61,7 @@ fn pod_args((ns, name, uid): (&str, &str, &str), cid: &str) -> String {
 
 impl Cluster {
     /// `net` picks this test's subnets (10.<net>.1-3.0/24), so tests run in parallel: unique
-    /// across every test file (all of 199-255 are taken; a new test takes the next number
+    /// across every test file (all of 198-255 are taken; a new test takes the next number
     /// down).
     pub fn new(net: u8) -> Cluster {
         Cluster::with_api(net, KubeApiOptions::default())
