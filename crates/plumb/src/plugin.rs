@@ -67,8 +67,11 @@ pub enum Caller {
     Forwarded {
         /// Its pid (`SO_PEERCRED`), when known.
         pid: Option<u32>,
-        /// Set when it went away (the runtime killed it): an ADD or CHECK still waiting for
-        /// its container's turn then is not run.
+        /// When it started ([`crate::container_lock::started`]), read as its connection was
+        /// accepted; `None` if it had exited by then.
+        started: Option<u64>,
+        /// Set when its connection closed (the runtime killed it): an ADD or CHECK whose
+        /// container's turn had not come then is not run.
         abandoned: Arc<std::sync::atomic::AtomicBool>,
     },
 }
@@ -81,9 +84,24 @@ impl Caller {
         }
     }
 
+    /// Whether the plugin that forwarded this call went away: its connection seen closed, or,
+    /// sooner, the process itself gone. The daemon sees a closed connection only when it next
+    /// polls it: a call whose turn comes at once (its DEL, sent after the runtime killed the
+    /// plugin, already done) could run first.
     fn abandoned(&self) -> bool {
-        matches!(self, Caller::Forwarded { abandoned, .. }
-            if abandoned.load(std::sync::atomic::Ordering::SeqCst))
+        match self {
+            Caller::ThisProcess => false,
+            Caller::Forwarded {
+                pid,
+                started,
+                abandoned,
+            } => {
+                abandoned.load(std::sync::atomic::Ordering::SeqCst)
+                    || pid.is_some_and(|pid| {
+                        !started.is_some_and(|at| crate::container_lock::still_runs(pid, at))
+                    })
+            }
+        }
     }
 }
 
@@ -491,6 +509,7 @@ impl Plumb<'_> {
     /// An error when the runtime gave up on this call before its turn came (daemon only): an
     /// ADD run now would attach a sandbox the runtime may already have deleted (its DEL, sent
     /// after it killed the plugin, may have had the turn first), and nobody would undo it.
+    /// Asked once the turn is this call's: a DEL done before it is done for good.
     fn not_abandoned(&self, call: &Call, args: &CmdArgs, command: &str) -> Result<(), CniError> {
         if !self.caller.abandoned() {
             return Ok(());
@@ -499,7 +518,7 @@ impl Plumb<'_> {
             ErrorCode::TryAgainLater,
             format!(
                 "{}: the runtime gave up on this {command} (the plugin that forwarded it went \
-                 away) while it waited for its container's turn; not run",
+                 away) before its container's turn came; not run",
                 who(&call.pod_args, &args.container_id)
             ),
         );
@@ -1102,6 +1121,78 @@ mod tests {
     use testkit::fake_plugin::FakePlugin;
 
     use super::*;
+
+    #[test]
+    fn an_add_whose_forwarding_plugin_is_gone_when_its_turn_comes_is_not_run() {
+        // The daemon sees the plugin's connection close only when it next looks at it: a
+        // plugin killed by the runtime, whose ADD then gets its turn at once (the runtime's
+        // DEL done already), is told by its process. Here the connection never says so.
+        let d = tempfile::tempdir().unwrap();
+        let bin = d.path().join("bin");
+        let fake = FakePlugin::install(&bin, "fake-late");
+        let config = json!({
+            "cniVersion": "1.0.0", "name": "plumb-net", "type": "plumb", "binDir": bin,
+            "plumbStateDir": d.path().join("state"), "confDir": d.path().join("conf"),
+            "cniDir": d.path().join("cni"), "plumbDeviceInfoDir": d.path().join("devinfo"),
+            "logToStderr": false,
+            "delegates": [{"cniVersion": "1.0.0", "name": "net-a", "type": "fake-late"}]
+        });
+        let args = |id: &str| CmdArgs {
+            container_id: id.into(),
+            netns: "/proc/self/ns/net".into(),
+            ifname: "eth0".into(),
+            args: String::new(),
+            path: Vec::new(),
+            stdin: config.to_string().into_bytes(),
+            config: config.as_object().unwrap().clone(),
+            version: Version::V1_0_0,
+        };
+        let add = |id: &str, pid: u32, started: Option<u64>| {
+            Plumb {
+                clients: None,
+                routes: &NetlinkRoutes,
+                caller: Caller::Forwarded {
+                    pid: Some(pid),
+                    started,
+                    abandoned: Arc::default(),
+                },
+            }
+            .add(&args(id))
+        };
+        let sleeper = || {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap()
+        };
+        // Alive: run.
+        let mut alive = sleeper();
+        let at = crate::container_lock::started(alive.id());
+        add("c-alive", alive.id(), at).unwrap();
+        assert_eq!(fake.calls_of("ADD").len(), 1);
+        // Its pid given to another process since it connected: not run.
+        let e = add("c-reused", alive.id(), at.map(|t| t + 1)).unwrap_err();
+        assert_eq!(e.code, 11, "{e}");
+        assert!(e.msg.contains("the runtime gave up on this ADD"), "{e}");
+        // Exited, not yet reaped by its runtime (a zombie): not run.
+        alive.kill().unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        while crate::container_lock::still_runs(alive.id(), at.unwrap()) {
+            assert!(Instant::now() < deadline, "sleep was not killed");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(add("c-zombie", alive.id(), at).unwrap_err().code, 11);
+        // Reaped: not run; gone before its connection was even accepted: not run.
+        let pid = alive.id();
+        alive.wait().unwrap();
+        assert_eq!(add("c-reaped", pid, at).unwrap_err().code, 11);
+        assert_eq!(add("c-early", pid, None).unwrap_err().code, 11);
+        assert_eq!(
+            fake.calls_of("ADD").len(),
+            1,
+            "an ADD ran for a plugin gone"
+        );
+    }
 
     #[test]
     fn gc_keeps_valid_the_attachments_multus_made_of_a_live_sandbox() {
