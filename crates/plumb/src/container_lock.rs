@@ -397,21 +397,6 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     )
 }
 
-/// When process `pid` started (`/proc/<pid>/stat`'s starttime, in clock ticks since boot):
-/// with the pid, what tells the process from a later one given the same pid.
-pub(crate) fn started(pid: u32) -> Option<u64> {
-    stat_fields(pid)?.get(19)?.parse().ok()
-}
-
-/// Whether process `pid`, which [`started`] at `at`, still runs: it has not exited (a zombie
-/// has) and the pid is not another process's since.
-pub(crate) fn still_runs(pid: u32, at: u64) -> bool {
-    stat_fields(pid).is_some_and(|f| {
-        !matches!(f.first().map(String::as_str), Some("Z" | "X"))
-            && f.get(19).and_then(|s| s.parse().ok()) == Some(at)
-    })
-}
-
 /// Whether process `pid` runs the same executable as this one (plumb): only plumb holds
 /// container locks, and an ancestor that is not plumb (the runtime, holding a lock of its own
 /// on a file that happens to have the same inode number elsewhere) is no sign of nesting.

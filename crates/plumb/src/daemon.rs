@@ -363,15 +363,14 @@ fn spawn_connection(stream: tokio::net::UnixStream, shared: &Arc<Shared>) {
     let shared = Arc::clone(shared);
     tokio::spawn(async move {
         let peer = stream.peer_cred().ok();
-        // The plugin that forwarded it (0: a process outside the daemon's PID namespace),
-        // and when it started: a call is not run for a plugin gone by its turn (plugin.rs).
-        let caller = peer
-            .and_then(|c| c.pid())
-            .and_then(|pid| u32::try_from(pid).ok())
-            .filter(|pid| *pid != 0)
-            .map(|pid| (pid, crate::container_lock::started(pid)));
+        // A duplicate of the connection, which each call asks whether the plugin closed its
+        // end (plugin.rs): hyper notices only when it next reads.
+        let connection = std::os::fd::AsFd::as_fd(&stream)
+            .try_clone_to_owned()
+            .ok()
+            .map(Arc::new);
         let service = hyper::service::service_fn(move |request| {
-            answer(request, peer, caller, Arc::clone(&shared))
+            answer(request, peer, connection.clone(), Arc::clone(&shared))
         });
         let _ = hyper::server::conn::http1::Builder::new()
             .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
@@ -389,7 +388,7 @@ fn reply(status: StatusCode, text: String) -> Response<Full<Bytes>> {
 async fn answer(
     request: Request<Incoming>,
     peer: Option<tokio::net::unix::UCred>,
-    caller: Option<(u32, Option<u64>)>,
+    connection: Option<Arc<std::os::fd::OwnedFd>>,
     shared: Arc<Shared>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let uid = peer.map(|c| c.uid());
@@ -447,7 +446,12 @@ async fn answer(
     let abandoned = Abandoned::watch();
     let told = Arc::clone(&abandoned.0);
     let ran = tokio::task::spawn_blocking(move || {
-        let out = call(&running.0, &env, &stdin, caller, told);
+        // The plugin that forwarded it (0: a process outside the daemon's PID namespace).
+        let caller = peer
+            .and_then(|c| c.pid())
+            .and_then(|pid| u32::try_from(pid).ok())
+            .filter(|pid| *pid != 0);
+        let out = call(&running.0, &env, &stdin, caller, connection, told);
         drop(running);
         out
     })
@@ -512,15 +516,16 @@ fn call(
     shared: &Shared,
     env: &BTreeMap<String, String>,
     stdin: &[u8],
-    caller: Option<(u32, Option<u64>)>,
+    caller: Option<u32>,
+    connection: Option<Arc<std::os::fd::OwnedFd>>,
     abandoned: Arc<AtomicBool>,
 ) -> (Vec<u8>, i32) {
     let plugin = Plumb {
         routes: &NetlinkRoutes,
         clients: Some(Arc::clone(&shared.clients)),
         caller: Caller::Forwarded {
-            pid: caller.map(|(pid, _)| pid),
-            started: caller.and_then(|(_, started)| started),
+            pid: caller,
+            connection,
             abandoned,
         },
     };

@@ -67,11 +67,11 @@ pub enum Caller {
     Forwarded {
         /// Its pid (`SO_PEERCRED`), when known.
         pid: Option<u32>,
-        /// When it started ([`crate::container_lock::started`]), read as its connection was
-        /// accepted; `None` if it had exited by then.
-        started: Option<u64>,
-        /// Set when its connection closed (the runtime killed it): an ADD or CHECK whose
-        /// container's turn had not come then is not run.
+        /// Its connection (a duplicate of the daemon's descriptor), to ask the kernel whether
+        /// the plugin closed it.
+        connection: Option<Arc<std::os::fd::OwnedFd>>,
+        /// Set when the daemon saw its connection close (the runtime killed it): an ADD or
+        /// CHECK whose container's turn had not come then is not run.
         abandoned: Arc<std::sync::atomic::AtomicBool>,
     },
 }
@@ -84,25 +84,37 @@ impl Caller {
         }
     }
 
-    /// Whether the plugin that forwarded this call went away: its connection seen closed, or,
-    /// sooner, the process itself gone. The daemon sees a closed connection only when it next
-    /// polls it: a call whose turn comes at once (its DEL, sent after the runtime killed the
-    /// plugin, already done) could run first.
+    /// Whether the plugin that forwarded this call went away: the daemon saw its connection
+    /// close, or the kernel says the plugin's end is closed. The daemon sees it only when it
+    /// next polls the connection, so a call whose turn comes at once (its DEL, sent after the
+    /// runtime killed the plugin, already done) could otherwise run first.
     fn abandoned(&self) -> bool {
         match self {
             Caller::ThisProcess => false,
             Caller::Forwarded {
-                pid,
-                started,
+                connection,
                 abandoned,
+                ..
             } => {
                 abandoned.load(std::sync::atomic::Ordering::SeqCst)
-                    || pid.is_some_and(|pid| {
-                        !started.is_some_and(|at| crate::container_lock::still_runs(pid, at))
-                    })
+                    || connection.as_deref().is_some_and(closed_by_peer)
             }
         }
     }
+}
+
+/// Whether the other end of connection `fd` (a unix stream socket) is closed: poll(2) says
+/// `POLLHUP` once the peer's socket is released. The plugin never closes its end before the
+/// answer: it waits to read it.
+fn closed_by_peer(fd: &std::os::fd::OwnedFd) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    // No event asked for: POLLHUP and POLLERR are always told.
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::empty())];
+    poll(&mut fds, PollTimeout::ZERO).is_ok()
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
 }
 
 /// Everything one call works with, from the configuration and the request.
@@ -1124,9 +1136,9 @@ mod tests {
 
     #[test]
     fn an_add_whose_forwarding_plugin_is_gone_when_its_turn_comes_is_not_run() {
-        // The daemon sees the plugin's connection close only when it next looks at it: a
-        // plugin killed by the runtime, whose ADD then gets its turn at once (the runtime's
-        // DEL done already), is told by its process. Here the connection never says so.
+        // The daemon sees the plugin's connection close only when it next reads it: a plugin
+        // killed by the runtime, whose ADD then gets its turn at once (the runtime's DEL done
+        // already), is told by asking the kernel. Here the daemon's flag is never set.
         let d = tempfile::tempdir().unwrap();
         let bin = d.path().join("bin");
         let fake = FakePlugin::install(&bin, "fake-late");
@@ -1147,46 +1159,32 @@ mod tests {
             config: config.as_object().unwrap().clone(),
             version: Version::V1_0_0,
         };
-        let add = |id: &str, pid: u32, started: Option<u64>| {
+        let add = |id: &str, connection: &std::os::unix::net::UnixStream| {
             Plumb {
                 clients: None,
                 routes: &NetlinkRoutes,
                 caller: Caller::Forwarded {
-                    pid: Some(pid),
-                    started,
+                    pid: None,
+                    connection: Some(Arc::new(
+                        std::os::fd::AsFd::as_fd(connection)
+                            .try_clone_to_owned()
+                            .unwrap(),
+                    )),
                     abandoned: Arc::default(),
                 },
             }
             .add(&args(id))
         };
-        let sleeper = || {
-            std::process::Command::new("sleep")
-                .arg("30")
-                .spawn()
-                .unwrap()
-        };
-        // Alive: run.
-        let mut alive = sleeper();
-        let at = crate::container_lock::started(alive.id());
-        add("c-alive", alive.id(), at).unwrap();
+        // The plugin's end open (it waits for the answer, with what it sent unread): run.
+        let (daemon_end, mut plugin_end) = std::os::unix::net::UnixStream::pair().unwrap();
+        std::io::Write::write_all(&mut plugin_end, b"POST /cni").unwrap();
+        add("c-waiting", &daemon_end).unwrap();
         assert_eq!(fake.calls_of("ADD").len(), 1);
-        // Its pid given to another process since it connected: not run.
-        let e = add("c-reused", alive.id(), at.map(|t| t + 1)).unwrap_err();
+        // Its end closed (the plugin killed): not run.
+        drop(plugin_end);
+        let e = add("c-gone", &daemon_end).unwrap_err();
         assert_eq!(e.code, 11, "{e}");
         assert!(e.msg.contains("the runtime gave up on this ADD"), "{e}");
-        // Exited, not yet reaped by its runtime (a zombie): not run.
-        alive.kill().unwrap();
-        let deadline = Instant::now() + std::time::Duration::from_secs(5);
-        while crate::container_lock::still_runs(alive.id(), at.unwrap()) {
-            assert!(Instant::now() < deadline, "sleep was not killed");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert_eq!(add("c-zombie", alive.id(), at).unwrap_err().code, 11);
-        // Reaped: not run; gone before its connection was even accepted: not run.
-        let pid = alive.id();
-        alive.wait().unwrap();
-        assert_eq!(add("c-reaped", pid, at).unwrap_err().code, 11);
-        assert_eq!(add("c-early", pid, None).unwrap_err().code, 11);
         assert_eq!(
             fake.calls_of("ADD").len(),
             1,
