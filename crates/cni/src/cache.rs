@@ -215,8 +215,9 @@ impl ResultCache {
     /// ADD killed while it wrote the entry leaves one, which nothing but GC's hourly sweep
     /// would remove, and a runtime older than CNI 1.1 never sends GC. Only the missing entry's
     /// costs a listing of the directory, so a DEL of an attachment whose ADD ended does not
-    /// pay it. For a caller that knows nobody writes the entry now (plumb holds the
-    /// container's turn).
+    /// pay it. For a caller that knows nobody writes the entry now: plumb's DEL holds the
+    /// container's turn; GC runs with no ADD or DEL going on, as CNI asks of runtimes; `plumb
+    /// cni`, as cnitool, trusts its user not to run two calls for one container at once.
     pub fn remove(&self, network: &str, container_id: &str, ifname: &str) -> Result<(), CniError> {
         let path = self.path(network, container_id, ifname)?;
         match fs::remove_file(&path) {
