@@ -1417,7 +1417,9 @@ fn a_del_removes_its_records_temporary_files_and_no_other() {
     // timing); another container's, and names that only look alike, stay.
     testkit::netns::require_root();
     let node = Node::new();
-    let config = node.config(json!({"delegates": [node.bridge("net-a", &unique_name("pr"), 61)]}));
+    let bridge = unique_name("pr");
+    let _bridge = Link::adopt(&bridge);
+    let config = node.config(json!({"delegates": [node.bridge("net-a", &bridge, 61)]}));
     let ns = Netns::new();
     let netns = ns.path().display().to_string();
     let call = |command| CniCall {
@@ -1456,7 +1458,9 @@ fn a_del_removes_what_an_add_killed_while_writing_a_result_cache_entry_left() {
     // it; another container's stays.
     testkit::netns::require_root();
     let node = Node::new();
-    let config = node.config(json!({"delegates": [node.bridge("net-a", &unique_name("pr"), 62)]}));
+    let bridge = unique_name("pr");
+    let _bridge = Link::adopt(&bridge);
+    let config = node.config(json!({"delegates": [node.bridge("net-a", &bridge, 62)]}));
     let ns = Netns::new();
     let netns = ns.path().display().to_string();
     let call = |command| CniCall {
