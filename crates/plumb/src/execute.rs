@@ -848,6 +848,30 @@ mod tests {
         }
     }
 
+    /// The device-info file of device 0000:03:00.1 of resource vendor.com/nic, as its device
+    /// plugin writes it; its path.
+    fn device_plugin_file(dirs: &DeviceInfoDirs) -> PathBuf {
+        let dp = dirs.dp_path("vendor.com/nic", "0000:03:00.1");
+        std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
+        std::fs::write(
+            &dp,
+            r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:03:00.1"}}"#,
+        )
+        .unwrap();
+        dp
+    }
+
+    /// `a` given that device ([`device_plugin_file`]): plumb copies its device plugin's file.
+    fn with_device(a: Attachment) -> Attachment {
+        Attachment {
+            device: Some(crate::plan::Device {
+                id: "0000:03:00.1".into(),
+                resource: Some("vendor.com/nic".into()),
+            }),
+            ..a
+        }
+    }
+
     /// Plugins of type `fails` fail their DEL, after another call rewrote the record on disk
     /// (`rewrite`); the others succeed.
     struct RecordRewrittenMeanwhile {
@@ -999,19 +1023,10 @@ mod tests {
             };
             // A device whose device plugin wrote a device-info file, which plumb would copy
             // for the attachment before its delegate starts.
-            let dp = dirs.dp_path("vendor.com/nic", "0000:03:00.1");
-            std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
-            std::fs::write(
-                &dp,
-                r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:03:00.1"}}"#,
-            )
-            .unwrap();
+            let dp = device_plugin_file(&dirs);
             let mut first = attachment("net-a", "eth0", "fake");
             if first_has_device {
-                first.device = Some(crate::plan::Device {
-                    id: "0000:03:00.1".into(),
-                    resource: Some("vendor.com/nic".into()),
-                });
+                first = with_device(first);
             }
             let e = executor
                 .add(
@@ -1097,20 +1112,10 @@ mod tests {
             netns: "/var/run/netns/x".into(),
             ..Sandbox::default()
         };
-        let dp = dirs.dp_path("vendor.com/nic", "0000:03:00.1");
-        std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
-        std::fs::write(
-            &dp,
-            r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:03:00.1"}}"#,
-        )
-        .unwrap();
-        let mut with_device = attachment("net-a", "eth0", "fake");
-        with_device.device = Some(crate::plan::Device {
-            id: "0000:03:00.1".into(),
-            resource: Some("vendor.com/nic".into()),
-        });
+        let dp = device_plugin_file(&dirs);
+        let first = with_device(attachment("net-a", "eth0", "fake"));
         let killed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            executor.add(&sandbox, None, &[with_device])
+            executor.add(&sandbox, None, &[first])
         }));
         assert!(killed.is_err(), "the ADD was not stopped");
         let made: Vec<_> = std::fs::read_dir(dirs.cni_dir()).unwrap().collect();
@@ -1170,28 +1175,16 @@ mod tests {
                 netns: "/var/run/netns/x".into(),
                 ..Sandbox::default()
             };
-            let dp = dirs.dp_path("vendor.com/nic", "0000:03:00.1");
-            std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
-            std::fs::write(
-                &dp,
-                r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:03:00.1"}}"#,
-            )
-            .unwrap();
+            let dp = device_plugin_file(&dirs);
             let mut attachments = [
                 attachment("net-a", "eth0", "fake"),
                 attachment("net-b", "net1", "fake"),
             ];
-            attachments[device_at] = Attachment {
-                device: Some(crate::plan::Device {
-                    id: "0000:03:00.1".into(),
-                    resource: Some("vendor.com/nic".into()),
-                }),
-                ..attachment(
-                    &attachments[device_at].network,
-                    &attachments[device_at].ifname,
-                    "unstartable",
-                )
-            };
+            let (network, ifname) = (
+                &attachments[device_at].network,
+                &attachments[device_at].ifname,
+            );
+            attachments[device_at] = with_device(attachment(network, ifname, "unstartable"));
             let e = executor.add(&sandbox, None, &attachments).unwrap_err();
             assert!(e.msg.contains("EACCES"), "device at {device_at}: {e}");
             let left: Vec<_> = std::fs::read_dir(dirs.cni_dir()).unwrap().collect();

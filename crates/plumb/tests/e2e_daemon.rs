@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::cluster::{Cluster, NETWORKS};
+use common::cluster::{Cluster, NETWORKS, pod_args};
 use common::{CniCall, err, ok};
 use serde_json::json;
 use testkit::kube_api::{Fault, FaultKind};
@@ -139,6 +139,13 @@ fn served(n: u8) -> (Cluster, PathBuf, Daemon) {
     let daemon = Daemon::start(&socket);
     through(&mut c, &socket);
     (c, socket, daemon)
+}
+
+/// `c`'s plugin configuration without the daemon's socket: calls run in the plugin itself.
+fn in_thin_mode(c: &Cluster) -> serde_json::Value {
+    let mut thin = c.config.clone();
+    thin.as_object_mut().unwrap().remove("plumbDaemonSocket");
+    thin
 }
 
 /// The uid the tests run other users' processes as.
@@ -412,8 +419,7 @@ fn pods_attached_and_detached_together_in_both_modes_each_get_their_networks_and
     // once; each sandbox's calls alternately through the daemon and in thin mode, so that both
     // run side by side on the same host bridges, IPAM store, result cache and state directory.
     let (c, _socket, _daemon) = served(199);
-    let mut thin = c.config.clone();
-    thin.as_object_mut().unwrap().remove("plumbDaemonSocket");
+    let thin = in_thin_mode(&c);
     let pods: Vec<(String, String, Netns)> = (0..8)
         .map(|i| {
             let name = format!("s{i}");
@@ -432,10 +438,7 @@ fn pods_attached_and_detached_together_in_both_modes_each_get_their_networks_and
                 let netns = ns.path().display().to_string();
                 for round in 0..3 {
                     let cid = format!("s{i}r{round}");
-                    let args = format!(
-                        "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};\
-                         K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID={uid}"
-                    );
+                    let args = pod_args(("default", name, uid), &cid);
                     let config = if (i + round) % 2 == 0 {
                         &c.config
                     } else {
@@ -465,18 +468,7 @@ fn pods_attached_and_detached_together_in_both_modes_each_get_their_networks_and
             });
         }
     });
-    assert_eq!(c.node.all_allocations(), 0, "addresses left");
-    assert!(
-        c.node.cache_entries().is_empty(),
-        "{:?}",
-        c.node.cache_entries()
-    );
-    // No record, lock or temporary file.
-    let left: Vec<_> = fs::read_dir(c.node.state_dir())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert!(left.is_empty(), "left in the state directory: {left:?}");
+    c.assert_node_clean("after every pod's DEL");
 }
 
 #[test]
@@ -488,8 +480,7 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
     // temporary file left behind 1 run in 30; delegates are not killed here: host-local then
     // leaves an empty reservation file, its own store's weakness, not plumb's.)
     let (c, _socket, _daemon) = served(198);
-    let mut thin = c.config.clone();
-    thin.as_object_mut().unwrap().remove("plumbDaemonSocket");
+    let thin = in_thin_mode(&c);
     let pods: Vec<(String, String)> = (0..6)
         .map(|i| {
             let name = format!("k{i}");
@@ -516,10 +507,7 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
                     let ns = Netns::new();
                     let netns = ns.path().display().to_string();
                     let cid = format!("k{i}r{round}");
-                    let args = format!(
-                        "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};\
-                         K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID={uid}"
-                    );
+                    let args = pod_args(("default", name, uid), &cid);
                     let through_daemon = draw(2) == 0;
                     let config = if through_daemon { &c.config } else { thin };
                     let call = |command| CniCall {
@@ -549,17 +537,7 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
             });
         }
     });
-    assert_eq!(c.node.all_allocations(), 0, "addresses left");
-    assert!(
-        c.node.cache_entries().is_empty(),
-        "result cache entries or temporary files left: {:?}",
-        c.node.cache_entries()
-    );
-    let left: Vec<_> = fs::read_dir(c.node.state_dir())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert!(left.is_empty(), "left in the state directory: {left:?}");
+    c.assert_node_clean("after every pod's DEL");
 }
 
 #[test]

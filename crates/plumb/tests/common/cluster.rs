@@ -52,7 +52,7 @@ pub fn nad(ns: &str, name: &str, config: Value) -> Value {
 }
 
 /// The `CNI_ARGS` a runtime gives plumb for sandbox `cid` of pod (namespace, name, UID).
-fn pod_args((ns, name, uid): (&str, &str, &str), cid: &str) -> String {
+pub fn pod_args((ns, name, uid): (&str, &str, &str), cid: &str) -> String {
     format!(
         "IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name};\
          K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID={uid}"
@@ -256,6 +256,24 @@ impl Cluster {
         );
     }
 
+    /// Nothing of any sandbox is left on the node: no address, result cache entry (or
+    /// temporary file of one), record, lock or temporary file in the state directory.
+    pub fn assert_node_clean(&self, when: &str) {
+        assert_eq!(self.node.all_allocations(), 0, "{when}: addresses left");
+        assert!(
+            self.node.cache_entries().is_empty(),
+            "{when}: cache entries left: {:?}",
+            self.node.cache_entries()
+        );
+        let state: Vec<_> = fs::read_dir(self.node.state_dir())
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            state.is_empty(),
+            "{when}: left in the state directory: {state:?}"
+        );
+    }
+
     /// `command` of a pod on three networks started, then plumb (the shim, through the daemon)
     /// killed after each of a series of delays, alone, then with every process it started, and
     /// a DEL run after it: each DEL succeeds and leaves no address, record, lock, cache entry
@@ -312,19 +330,7 @@ impl Cluster {
                 if !with_what_it_started {
                     assert_eq!(ns.links(), ["lo"], "{when}: interfaces left in the pod");
                 }
-                assert_eq!(c.node.all_allocations(), 0, "{when}: addresses left");
-                assert!(
-                    c.node.cache_entries().is_empty(),
-                    "{when}: cache entries left: {:?}",
-                    c.node.cache_entries()
-                );
-                let state: Vec<_> = fs::read_dir(c.node.state_dir())
-                    .map(|d| d.map(|e| e.unwrap().file_name()).collect())
-                    .unwrap_or_default();
-                assert!(
-                    state.is_empty(),
-                    "{when}: left in the state directory: {state:?}"
-                );
+                c.assert_node_clean(&when);
                 drop(ns);
                 // The kernel destroys a deleted netns's interfaces (and their veth peers) a
                 // little later. The bridge plugin makes its bridge on its first ADD.
