@@ -148,6 +148,22 @@ fn in_thin_mode(c: &Cluster) -> serde_json::Value {
     thin
 }
 
+/// `n` pods `<prefix>0`, `<prefix>1`, … in namespace default, each on net-a and net-b
+/// besides the cluster network: their names and UIDs.
+fn pods_on_three_networks(c: &Cluster, prefix: &str, n: usize) -> Vec<(String, String)> {
+    (0..n)
+        .map(|i| {
+            let name = format!("{prefix}{i}");
+            let uid = c.pod(
+                "default",
+                &name,
+                json!({NETWORKS: "net-a,other-ns/net-b@mv1"}),
+            );
+            (name, uid)
+        })
+        .collect()
+}
+
 /// The uid the tests run other users' processes as.
 const NOBODY: u32 = 65534;
 
@@ -420,16 +436,9 @@ fn pods_attached_and_detached_together_in_both_modes_each_get_their_networks_and
     // run side by side on the same host bridges, IPAM store, result cache and state directory.
     let (c, _socket, _daemon) = served(199);
     let thin = in_thin_mode(&c);
-    let pods: Vec<(String, String, Netns)> = (0..8)
-        .map(|i| {
-            let name = format!("s{i}");
-            let uid = c.pod(
-                "default",
-                &name,
-                json!({NETWORKS: "net-a,other-ns/net-b@mv1"}),
-            );
-            (name, uid, Netns::new())
-        })
+    let pods: Vec<(String, String, Netns)> = pods_on_three_networks(&c, "s", 8)
+        .into_iter()
+        .map(|(name, uid)| (name, uid, Netns::new()))
         .collect();
     std::thread::scope(|s| {
         for (i, (name, uid, ns)) in pods.iter().enumerate() {
@@ -481,17 +490,7 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
     // leaves an empty reservation file, its own store's weakness, not plumb's.)
     let (c, _socket, _daemon) = served(198);
     let thin = in_thin_mode(&c);
-    let pods: Vec<(String, String)> = (0..6)
-        .map(|i| {
-            let name = format!("k{i}");
-            let uid = c.pod(
-                "default",
-                &name,
-                json!({NETWORKS: "net-a,other-ns/net-b@mv1"}),
-            );
-            (name, uid)
-        })
-        .collect();
+    let pods = pods_on_three_networks(&c, "k", 6);
     std::thread::scope(|s| {
         for (i, (name, uid)) in pods.iter().enumerate() {
             let (c, thin) = (&c, &thin);
