@@ -142,13 +142,12 @@ fn recorded(a: &Attachment, container_id: &str, dirs: &DeviceInfoDirs) -> Record
     }
 }
 
-/// Deletes a recorded attachment's device-info file, once it is sure to be that attachment's:
-/// a record edited by hand or damaged must not make DEL delete another file.
-fn delete_device_info_file(
-    record: &Record,
-    a: &RecordedAttachment,
-    path: &Path,
-) -> Result<(), CniError> {
+/// Deletes a recorded attachment's device-info file, if it has one, once it is sure to be that
+/// attachment's: a record edited by hand or damaged must not make DEL delete another file.
+fn delete_device_info_file(record: &Record, a: &RecordedAttachment) -> Result<(), CniError> {
+    let Some(path) = &a.device_info_file else {
+        return Ok(());
+    };
     let expected =
         netattach::device_info_files::cni_file_name(&a.network, &record.container_id, &a.ifname);
     let in_cni_dir = path
@@ -276,8 +275,8 @@ impl<'a> PendingRecord<'a> {
         Ok(PendingRecord { exec, committed })
     }
 
-    /// Before a first attachment that has a device-info file, or once the first attachment is
-    /// done or could not start a delegate: the record is in place, written now if no delegate
+    /// Before a first attachment that has a device plugin's device-info file to copy, or once
+    /// the first attachment is done or could not start a delegate: the record is in place, written now if no delegate
     /// took it, or this is why it is not. Later calls are no-ops.
     fn settle(&self) -> Result<(), Unwritten> {
         if let Some(gate) = self.exec.take_stdin_gate() {
@@ -390,14 +389,9 @@ impl Executor<'_> {
                 // not be started): the rollback leaves the attachment out of the record, so the
                 // file goes now or never.
                 Err((e, AddFailure::BeforeDelegates)) => {
-                    let e = match &r.device_info_file {
-                        Some(path) => match delete_device_info_file(&record, r, path) {
-                            Ok(()) => e,
-                            Err(left) => {
-                                e.add_details(format!("device-info file left: {}", left.msg))
-                            }
-                        },
-                        None => e,
+                    let e = match delete_device_info_file(&record, r) {
+                        Ok(()) => e,
+                        Err(left) => e.add_details(format!("device-info file left: {}", left.msg)),
                     };
                     return Err(self.roll_back(sandbox, &record, i, None, e));
                 }
@@ -635,17 +629,12 @@ impl Executor<'_> {
                     self.cni
                         .del_network_list(&list, &runtime_conf(sandbox, netns, a))
                 })
-                .and_then(|()| match &a.device_info_file {
-                    Some(path) => delete_device_info_file(record, a, path),
-                    None => Ok(()),
-                });
+                .and_then(|()| delete_device_info_file(record, a));
             match outcome {
                 Ok(()) => {}
                 Err(e) if tolerated(i) => {
                     // Given up on: nothing will retry, so its file goes too.
-                    if let Some(path) = &a.device_info_file
-                        && let Err(e) = delete_device_info_file(record, a, path)
-                    {
+                    if let Err(e) = delete_device_info_file(record, a) {
                         let e = e.context(describe_recorded(a, i, n));
                         warnings.push(e.to_string());
                     }
