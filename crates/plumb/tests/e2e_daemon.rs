@@ -483,9 +483,11 @@ fn pods_attached_and_detached_together_in_both_modes_each_get_their_networks_and
 #[test]
 fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_after_their_del() {
     // Six pods at once, each through ten sandboxes: each ADD, through the daemon or in thin
-    // mode, has its plugin killed (as a runtime kills it at its deadline) 0-80 ms in, at a
-    // point drawn from a fixed seed, and the DEL after it must undo everything, while the
-    // other pods' calls run. (A soak of 8 pods x 40 sandboxes found a result cache entry's
+    // mode, has its plugin killed (as a runtime kills it at its deadline) at a point drawn from
+    // a fixed seed, and the DEL after it must undo everything, while the other pods' calls
+    // run. The points are drawn over how long a whole ADD takes under this very load (each pod
+    // first times one, unkilled), so that on a busy machine the kills still land all through
+    // the ADD instead of before plumb has done anything. (A soak of 8 pods x 40 sandboxes found a result cache entry's
     // temporary file left behind 1 run in 30; delegates are not killed here: host-local then
     // leaves an empty reservation file, its own store's weakness, not plumb's.)
     let (c, _socket, _daemon) = served(198);
@@ -502,6 +504,27 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
                         .wrapping_add(1_442_695_040_888_963_407);
                     (seed >> 33) % n
                 };
+                let add_takes = {
+                    let ns = Netns::new();
+                    let netns = ns.path().display().to_string();
+                    let cid = format!("k{i}timed");
+                    let args = pod_args(("default", name, uid), &cid);
+                    let call = |command| CniCall {
+                        command,
+                        container_id: &cid,
+                        netns: &netns,
+                        ifname: "eth0",
+                        args: &args,
+                        config: thin,
+                    };
+                    let start = Instant::now();
+                    ok(&common::run(&call("ADD")));
+                    let took = start.elapsed();
+                    ok(&common::run(&call("DEL")));
+                    took
+                };
+                // A little past the ADD's end too: a kill that comes once it is done is a case.
+                let window = (add_takes.as_millis() as u64 * 6 / 5).max(20);
                 for round in 0..10 {
                     let ns = Netns::new();
                     let netns = ns.path().display().to_string();
@@ -517,13 +540,14 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
                         args: &args,
                         config,
                     };
-                    let after = draw(80);
+                    let after = draw(window);
                     let mut add = common::start(&call("ADD"), |_| {});
                     std::thread::sleep(Duration::from_millis(after));
                     let _ = add.kill();
                     let _ = add.wait();
                     let when = format!(
-                        "{cid}, its ADD killed {after} ms in (through the daemon: {through_daemon})"
+                        "{cid}, its ADD killed {after} ms in, of an ADD that takes {add_takes:?} \
+                         (through the daemon: {through_daemon})"
                     );
                     let del = common::run(&call("DEL"));
                     assert!(
