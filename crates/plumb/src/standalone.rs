@@ -267,7 +267,18 @@ pub fn attach(a: &AttachArgs, out: &mut dyn Write) -> Result<(), CniError> {
         "{}",
         serde_json::to_string_pretty(&status).unwrap_or_default()
     )
-    .map_err(|e| CniError::new(ErrorCode::Io, e.to_string()))
+    .map_err(|e| {
+        // The attachments are made and recorded: a bare I/O error would read as a failed
+        // attach, and the namespace would stay attached with nobody to detach it.
+        CniError::new(
+            ErrorCode::Io,
+            format!(
+                "{netns} is attached, but its network-status could not be printed: {e}; \
+                 `plumb detach --netns {}` undoes it",
+                a.netns
+            ),
+        )
+    })
 }
 
 /// `plumb detach`: undoes what `plumb attach` recorded.

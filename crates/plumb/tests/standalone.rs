@@ -453,3 +453,51 @@ fn detach_waits_for_another_call_of_its_container_and_leaves_nothing_after() {
         .collect();
     assert!(left.is_empty(), "left in the state directory: {left:?}");
 }
+
+#[test]
+fn attach_that_cannot_print_says_the_namespace_is_attached() {
+    // The attachments are made and recorded before the network-status is printed: when the
+    // printing fails (a closed pipe, a full disk), the error must say that the namespace is
+    // attached and how to undo it, not only the I/O error, or a script takes it for a failed
+    // attach and never detaches.
+    let Attachable {
+        node,
+        config_file,
+        ns,
+        _links,
+        ..
+    } = Attachable::new(7);
+    let out = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args([
+            "attach",
+            "--netns",
+            ns.name(),
+            "--networks",
+            "br",
+            "--nads",
+            s(&node.path("nads")),
+            "--config",
+            s(&config_file),
+        ])
+        .env("CNI_PATH", common::PLUGINS)
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is attached, but its network-status could not be printed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("plumb detach"), "{stderr}");
+    assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
+    ok(&plumb(&[
+        "detach",
+        "--netns",
+        ns.name(),
+        "--config",
+        s(&config_file),
+    ]));
+    assert_eq!(ns.links(), ["lo"]);
+    assert_eq!(node.all_allocations(), 0);
+}
