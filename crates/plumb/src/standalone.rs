@@ -342,6 +342,13 @@ pub fn plan_json(plan: &Plan) -> Result<Value, CniError> {
 
 /// `plumb plan`: prints the plan as JSON, or the error ADD would return.
 pub fn plan(a: &PlanArgs, out: &mut dyn Write) -> Result<(), CniError> {
+    // ADD refuses such a CNI_IFNAME before it plans (code 4): so does `plan`.
+    if let Some(why) = cni::validate::interface_name_problem(&a.ifname) {
+        return Err(CniError::new(
+            ErrorCode::InvalidEnvironment,
+            format!("--ifname: invalid interface name {:?}: {why}", a.ifname),
+        ));
+    }
     let config = read_config(&a.source.config)?;
     let store = Store::open(&config, &a.source)?;
     let pod = read_pod(&a.pod)?;

@@ -79,6 +79,33 @@ fn plan_prints_the_error_add_would_return() {
     );
 }
 
+#[test]
+fn plan_refuses_an_interface_name_add_would_refuse() {
+    // ADD refuses such a CNI_IFNAME (code 4) before planning: `plan`, which shows what ADD
+    // would do with the same rules and errors, must not print a plan for it.
+    for ifname in ["bad/name", "", "waytoolonginterfacename"] {
+        let out = plumb(&[
+            "plan",
+            "--pod",
+            s(&repo("examples/standalone/pods/demo.yaml")),
+            "--nads",
+            s(&repo("examples/standalone/nads")),
+            "--config",
+            s(&repo("examples/standalone/plumb.conf")),
+            "--ifname",
+            ifname,
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{ifname:?}");
+        assert!(out.stdout.is_empty(), "{ifname:?}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            e.contains(&format!("--ifname: invalid interface name {ifname:?}"))
+                && e.contains("code 4"),
+            "{e}"
+        );
+    }
+}
+
 /// NADs in a temporary directory: a bridge and a macvlan on `parent`, host-local in `ipam`.
 fn write_nads(dir: &Path, bridge: &str, parent: &str, ipam: &Path) {
     std::fs::create_dir_all(dir).unwrap();
