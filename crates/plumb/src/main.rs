@@ -78,6 +78,10 @@ fn validate(paths: &[std::path::PathBuf]) -> ExitCode {
         }
         files.extend(found);
     }
+    // A file named twice (a directory and a file in it, overlapping globs) is read once: read
+    // twice, each of its NADs would be "defined more than once".
+    let mut seen = std::collections::HashSet::new();
+    files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
     // A file that cannot be read is a problem of its own; the others are still checked.
     let mut objects = Vec::new();
     for f in &files {

@@ -118,3 +118,30 @@ fn a_directory_with_nothing_to_check_fails() {
         "{stdout}"
     );
 }
+
+#[test]
+fn a_file_named_twice_is_checked_once() {
+    // `plumb validate nads/ nads/extra.yaml`, or a shell glob that overlaps a directory: the
+    // same file read twice must not make each of its NADs "defined more than once".
+    let nads = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/standalone/nads");
+    let file = std::fs::read_dir(&nads)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "yaml" || e == "json"))
+        .unwrap();
+    let alone = validate(&[&nads]);
+    assert!(alone.status.success(), "{alone:?}");
+    let out = validate(&[
+        &nads,
+        &file,
+        &nads.join(".").join(file.file_name().unwrap()),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(!stdout.contains("more than once"), "{stdout}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&alone.stderr),
+        "the same objects are counted"
+    );
+}
