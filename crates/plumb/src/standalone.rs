@@ -269,13 +269,21 @@ pub fn attach(a: &AttachArgs, out: &mut dyn Write) -> Result<(), CniError> {
     )
     .map_err(|e| {
         // The attachments are made and recorded: a bare I/O error would read as a failed
-        // attach, and the namespace would stay attached with nobody to detach it.
+        // attach, and the namespace would stay attached with nobody to detach it. The detach
+        // named must find this record: the same configuration (its state directory) and ID.
+        let mut detach = format!(
+            "plumb detach --netns {} --config {}",
+            a.netns,
+            a.source.config.display()
+        );
+        if let Some(id) = &a.container_id {
+            detach.push_str(&format!(" --container-id {id}"));
+        }
         CniError::new(
             ErrorCode::Io,
             format!(
                 "{netns} is attached, but its network-status could not be printed: {e}; \
-                 `plumb detach --netns {}` undoes it",
-                a.netns
+                 `{detach}` undoes it"
             ),
         )
     })

@@ -516,7 +516,12 @@ fn attach_that_cannot_print_says_the_namespace_is_attached() {
         stderr.contains("is attached, but its network-status could not be printed"),
         "{stderr}"
     );
-    assert!(stderr.contains("plumb detach"), "{stderr}");
+    let detach = format!(
+        "`plumb detach --netns {} --config {}` undoes it",
+        ns.name(),
+        config_file.display()
+    );
+    assert!(stderr.contains(&detach), "{stderr}");
     assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
     ok(&plumb(&[
         "detach",
