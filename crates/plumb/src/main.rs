@@ -87,11 +87,19 @@ fn validate(paths: &[std::path::PathBuf]) -> ExitCode {
     for f in &files {
         match plumb::objects::read_file(f) {
             Ok(o) => objects.extend(o),
-            Err(e) => problems.push(plumb::validate::Problem {
-                severity: plumb::validate::Severity::Error,
-                object: f.display().to_string(),
-                message: e.msg,
-            }),
+            Err(e) => {
+                // The reader's message names the file too (for callers that name nothing).
+                let object = f.display().to_string();
+                let message = match e.msg.strip_prefix(&format!("{object}: ")) {
+                    Some(rest) => rest.to_string(),
+                    None => e.msg,
+                };
+                problems.push(plumb::validate::Problem {
+                    severity: plumb::validate::Severity::Error,
+                    object,
+                    message,
+                })
+            }
         }
     }
     problems.extend(plumb::validate::validate(&objects));

@@ -63,14 +63,18 @@ impl fmt::Display for Problem {
 pub fn validate(objects: &[FileObject]) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut nads: BTreeMap<String, NetworkAttachmentDefinition> = BTreeMap::new();
-    // Messages made for other callers may start with the object's own name: not twice.
-    let error = |o: &FileObject, message: String| Problem {
-        severity: Severity::Error,
-        object: o.to_string(),
-        message: message
-            .strip_prefix(&format!("{o}: "))
-            .map(str::to_string)
-            .unwrap_or(message),
+    // Messages made for other callers may start with the object's own name, with its file
+    // (`objects`) or without (`netattach`'s errors), or both: not twice.
+    let error = |o: &FileObject, message: String| {
+        let unnamed = message.strip_prefix(&format!("{o}: ")).unwrap_or(&message);
+        let unnamed = unnamed
+            .strip_prefix(&format!("{} {}: ", o.kind(), o.qualified_name()))
+            .unwrap_or(unnamed);
+        Problem {
+            severity: Severity::Error,
+            object: o.to_string(),
+            message: unnamed.to_string(),
+        }
     };
     let warning = |o: &FileObject, message: String| Problem {
         severity: Severity::Warning,
@@ -90,7 +94,8 @@ pub fn validate(objects: &[FileObject]) -> Vec<Problem> {
             }
         };
         match nad.cni_config() {
-            Err(e) => problems.push(error(o, format!("spec.config: {e}"))),
+            // Each of these says what in spec.config is wrong.
+            Err(e) => problems.push(error(o, e.to_string())),
             Ok(NadConfig::OnDisk { name }) => problems.push(warning(
                 o,
                 format!(

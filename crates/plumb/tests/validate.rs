@@ -49,6 +49,10 @@ fn every_bad_file_is_reported_with_its_reason() {
             "{}: wanted {expect:?} in {line}",
             f.display()
         );
+        // `FILE[ (document N)]: OBJECT: error: WHAT`: the object is named once, not again in WHAT.
+        let (head, what) = line.split_once(": error: ").unwrap();
+        let object = head.rsplit(": ").next().unwrap();
+        assert!(!what.contains(object), "{object} named twice: {line}");
     }
 }
 
