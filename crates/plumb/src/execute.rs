@@ -85,16 +85,24 @@ fn runtime_conf(sandbox: &Sandbox, netns: &str, a: &RecordedAttachment) -> Runti
 }
 
 /// The runtime's `CNI_ARGS` as the delegates get them: all but plumb's own selection
-/// ([`NETWORKS_ARG`]). The reference plugins refuse a key they do not know unless the runtime
-/// also gave `IgnoreUnknown=1`, so passing it on failed the first delegate, then the rollback,
-/// and every later DEL (which replays the record's arguments) for ever. Filtered here, where
-/// every delegate call's arguments are made, so a record that holds the key (every record
-/// holds the runtime's arguments as they came) is undone too.
+/// ([`NETWORKS_ARG`]), after `IgnoreUnknown=true` unless the runtime gave `IgnoreUnknown`.
+/// The reference plugins refuse a key they do not know unless `IgnoreUnknown` is set: passing
+/// on plumb's key, or the `K8S_POD_*` keys of a runtime that does not set it, failed the first
+/// delegate, then the rollback, and every later DEL (which replays the record's arguments) for
+/// ever. Multus gives every delegate `IgnoreUnknown=true` first (multus-reference.md §2.6), so
+/// delegates moved from Multus expect it. Done here, where every delegate call's arguments are
+/// made, so a record that holds the runtime's arguments as they came is undone so too.
 fn delegate_args(runtime_args: &[(String, String)]) -> Vec<(String, String)> {
-    runtime_args
-        .iter()
-        .filter(|(k, _)| k != NETWORKS_ARG)
-        .cloned()
+    let given = runtime_args.iter().any(|(k, _)| k == "IgnoreUnknown");
+    let ignore_unknown = (!given).then(|| ("IgnoreUnknown".to_string(), "true".to_string()));
+    ignore_unknown
+        .into_iter()
+        .chain(
+            runtime_args
+                .iter()
+                .filter(|(k, _)| k != NETWORKS_ARG)
+                .cloned(),
+        )
         .collect()
 }
 

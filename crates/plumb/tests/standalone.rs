@@ -319,6 +319,14 @@ fn the_cni_plugin_without_kubernetes_reads_nads_from_files() {
     ok(&call("DEL", "PLUMB_NETWORKS=br"));
     assert_eq!(ns.links(), ["lo"]);
     assert_eq!(node.all_allocations(), 0);
+    // A runtime that gives the pod's keys without IgnoreUnknown: Multus always gives its
+    // delegates `IgnoreUnknown=true` first (multus-reference.md §2.6), so they take them.
+    let args = "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p;K8S_POD_UID=u1;PLUMB_NETWORKS=br";
+    ok(&call("ADD", args));
+    assert_eq!(ns.addresses("net1"), ["10.219.2.4/24"]);
+    ok(&call("DEL", args));
+    assert_eq!(ns.links(), ["lo"]);
+    assert_eq!(node.all_allocations(), 0);
 }
 
 #[test]
