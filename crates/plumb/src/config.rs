@@ -323,8 +323,10 @@ impl Config {
         }
 
         // Multus takes globalNamespaces as one comma-separated string; a list is accepted too.
+        // An empty string is unset, as in Multus: it keeps `default`.
         let global_namespaces = match raw.get("globalNamespaces") {
             None | Some(Value::Null) => vec!["default".to_string()],
+            Some(Value::String(s)) if s.is_empty() => vec!["default".to_string()],
             Some(Value::String(s)) => s
                 .split(',')
                 .map(str::trim)
@@ -455,6 +457,18 @@ mod tests {
         .unwrap();
         assert_eq!(c.global_namespaces, ["ns3", "ns4"]);
         assert!(c.namespace_isolation);
+    }
+
+    #[test]
+    fn an_empty_global_namespaces_keeps_the_default_namespace_as_multus_does() {
+        // Multus (`LoadNetConf`) replaces its `["default"]` only with a non-empty string; a
+        // templated `"globalNamespaces": ""` must not make `default/x` refused under isolation.
+        for empty in [json!(""), json!(null)] {
+            let c = parse(json!({"clusterNetwork": "x", "namespaceIsolation": true,
+                "globalNamespaces": empty}))
+            .unwrap();
+            assert_eq!(c.global_namespaces, ["default"], "{empty}");
+        }
     }
 
     #[test]
