@@ -235,6 +235,51 @@ const KNOWN: &[&str] = &[
     "plumbDeviceInfoDir",
 ];
 
+/// `raw` with each key that differs only in case from a Multus key (`readinessIndicatorFile`)
+/// renamed to it, with a warning: Multus decodes its configuration with Go's encoding/json, which
+/// matches keys in any case, so such a key is in effect with Multus. One key given in two cases
+/// is an error naming both (which one Go keeps depends on their order in the file). plumb's own
+/// keys are exact (`plumbDaemonSocket` is read by the shim before this parse).
+fn canonical_keys(
+    raw: Map<String, Value>,
+    warnings: &mut Vec<String>,
+) -> Result<Map<String, Value>, CniError> {
+    let names = || {
+        KNOWN
+            .iter()
+            .copied()
+            .filter(|k| !k.starts_with("plumb"))
+            .chain(IGNORED.iter().map(|(k, _)| *k))
+            .chain(UNSUPPORTED.iter().map(|(k, _)| *k))
+    };
+    let mut out = Map::new();
+    let mut given_as: Vec<(&str, String)> = Vec::new();
+    for (key, value) in raw {
+        let canonical = names()
+            .find(|n| *n == key)
+            .or_else(|| names().find(|n| n.eq_ignore_ascii_case(&key)));
+        let Some(canonical) = canonical else {
+            out.insert(key, value);
+            continue;
+        };
+        if let Some((_, first)) = given_as.iter().find(|(c, _)| *c == canonical) {
+            return Err(invalid(format!(
+                "keys {first:?} and {key:?} are the same key {canonical:?} (read in any case, \
+                 as Multus reads it): keep one"
+            )));
+        }
+        if key != canonical {
+            warnings.push(format!(
+                "configuration key {key:?} is read as {canonical:?} (Multus reads keys in any \
+                 case)"
+            ));
+        }
+        given_as.push((canonical, key));
+        out.insert(canonical.to_string(), value);
+    }
+    Ok(out)
+}
+
 impl Config {
     /// Parses the stdin configuration.
     pub fn parse(bytes: &[u8]) -> Result<Config, CniError> {
@@ -253,8 +298,9 @@ impl Config {
                 ));
             }
         };
-        let r = Reader { raw: &raw };
         let mut warnings = Vec::new();
+        let raw = canonical_keys(raw, &mut warnings)?;
+        let r = Reader { raw: &raw };
         for key in raw.keys() {
             // Keys the runtime injects (CNI spec §1: `cni.dev/` is reserved; GC's
             // `cni.dev/valid-attachments`) are the request's, not configuration.
@@ -469,6 +515,53 @@ mod tests {
             .unwrap();
             assert_eq!(c.global_namespaces, ["default"], "{empty}");
         }
+    }
+
+    #[test]
+    fn a_key_in_another_case_is_read_as_multus_reads_it() {
+        // Multus decodes its configuration with Go's encoding/json, which matches keys in any
+        // case: a Helm chart's `readinessIndicatorFile`, Multus docs' `LogLevel` are in effect.
+        let c = parse(
+            json!({"clusterNetwork": "x", "readinessIndicatorFile": "/run/ready",
+            "LogLevel": "debug", "NamespaceIsolation": true, "socketdir": "/run/multus"}),
+        )
+        .unwrap();
+        assert_eq!(
+            c.readiness_indicator_file.as_deref(),
+            Some(std::path::Path::new("/run/ready"))
+        );
+        assert_eq!(c.log_level, LogLevel::Debug);
+        assert!(c.namespace_isolation);
+        for key in [
+            "readinessIndicatorFile",
+            "LogLevel",
+            "NamespaceIsolation",
+            "socketdir",
+        ] {
+            assert!(
+                c.warnings.iter().any(|w| w.contains(key)),
+                "{key}: {:?}",
+                c.warnings
+            );
+        }
+        // Mistyped is still an error, and so is one key given twice in different cases.
+        let e = parse(json!({"clusterNetwork": "x", "readinessIndicatorFle": "/a"})).unwrap_err();
+        assert!(e.msg.contains("readinessIndicatorFle"), "{e}");
+        let e = parse(
+            json!({"clusterNetwork": "x", "readinessindicatorfile": "/a",
+            "readinessIndicatorFile": "/b"}),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, 7);
+        assert!(
+            e.msg.contains("readinessindicatorfile") && e.msg.contains("readinessIndicatorFile"),
+            "{e}"
+        );
+        let e = parse(json!({"clusterNetwork": "x", "AuxiliaryCNIChainName": "aux"})).unwrap_err();
+        assert_eq!(e.code, 2, "{e}");
+        // plumb's own keys are not Multus's: exact, as the shim reads `plumbDaemonSocket`.
+        let e = parse(json!({"clusterNetwork": "x", "PlumbDaemonSocket": "/s"})).unwrap_err();
+        assert!(e.msg.contains("unknown key \"PlumbDaemonSocket\""), "{e}");
     }
 
     #[test]
