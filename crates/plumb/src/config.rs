@@ -308,6 +308,10 @@ impl Config {
                 continue;
             }
             if let Some((_, why)) = UNSUPPORTED.iter().find(|(k, _)| k == key) {
+                // Unset, as Multus reads an empty one: nothing to refuse.
+                if matches!(&raw[key], Value::Null) || raw[key].as_str() == Some("") {
+                    continue;
+                }
                 // CNI spec, error code 2: the message must contain the key and its value (cut
                 // short: the value comes from outside and could be of any size).
                 let mut value = raw[key].to_string();
@@ -562,6 +566,16 @@ mod tests {
         // plumb's own keys are not Multus's: exact, as the shim reads `plumbDaemonSocket`.
         let e = parse(json!({"clusterNetwork": "x", "PlumbDaemonSocket": "/s"})).unwrap_err();
         assert!(e.msg.contains("unknown key \"PlumbDaemonSocket\""), "{e}");
+    }
+
+    #[test]
+    fn an_empty_auxiliary_chain_name_is_unset_as_in_multus() {
+        // Multus adds the auxiliary chain only for a non-empty name; a templated daemon config
+        // renders the unset value as "" (merged into every request in thick mode).
+        for unset in [json!(""), json!(null)] {
+            let c = parse(json!({"clusterNetwork": "x", "auxiliaryCNIChainName": unset}));
+            assert!(c.is_ok(), "{unset}: {c:?}");
+        }
     }
 
     #[test]
