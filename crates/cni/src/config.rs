@@ -83,9 +83,10 @@ fn read_string<'a>(raw: &'a Map<String, Value>, key: &str) -> Result<Option<&'a 
     }
 }
 
-/// The highest of `cniVersion` ∪ `cniVersions` that is not newer than this implementation
-/// (spec §1 "Version considerations"; libcni drops entries newer than itself). The chosen version
-/// must be one this crate supports.
+/// The highest of `cniVersion` ∪ `cniVersions` that this implementation supports (spec §1
+/// "Version considerations": "the highest supported version from the set"). libcni drops only the
+/// entries newer than itself, and so can pick an older one it cannot speak ("1.0.1" beside
+/// "1.0.0"); here every version this crate does not implement is passed over.
 fn select_version(raw: &Map<String, Value>) -> Result<Version, CniError> {
     let mut candidates = Vec::new();
     let declared = read_string(raw, "cniVersion")?;
@@ -123,7 +124,7 @@ fn select_version(raw: &Map<String, Value>) -> Result<Version, CniError> {
     let best = candidates
         .iter()
         .copied()
-        .filter(|v| *v <= Version::CURRENT)
+        .filter(|v| v.is_supported())
         .max()
         .ok_or_else(|| {
             CniError::new(
@@ -340,6 +341,18 @@ mod tests {
             pick(json!({"name":"n","cniVersions":["1.0.0","9.0.0"],"plugins":[{"type":"x"}]}))
                 .unwrap(),
             Version::V1_0_0
+        );
+        // Not newer, but not a version this crate implements: skipped too (spec §1 "Version
+        // considerations": the highest *supported* version of the set).
+        assert_eq!(
+            pick(json!({"name":"n","cniVersions":["0.4.0","1.0.1"],"plugins":[{"type":"x"}]}))
+                .unwrap(),
+            Version::V0_4_0
+        );
+        assert_eq!(
+            pick(json!({"name":"n","cniVersion":"0.3.2","cniVersions":["0.3.1"],"plugins":[{"type":"x"}]}))
+                .unwrap(),
+            Version::V0_3_1
         );
         assert_eq!(
             pick(json!({"name":"n","plugins":[{"type":"x"}]})).unwrap(),
