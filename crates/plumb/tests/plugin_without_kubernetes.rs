@@ -494,6 +494,25 @@ fn status_and_gc_reach_every_known_network() {
     assert!(node.record("c-live").exists());
 }
 
+#[test]
+fn status_passes_on_a_delegates_limited_connectivity_code_51() {
+    // CNI spec 1.1 §2 STATUS: a plugin relying on a delegate must run STATUS on it and return
+    // an error when it does; code 51 ("existing containers may have limited connectivity") is
+    // the delegate's to say and must reach the runtime as 51, not be flattened to 50.
+    use testkit::fake_plugin::FakePlugin;
+    let node = Node::new();
+    let bin = node.path("bin");
+    let _a = FakePlugin::install(&bin, "fake-a");
+    let b = FakePlugin::install(&bin, "fake-b");
+    let config = node.config(json!({"cniVersion": "1.1.0", "binDir": bin, "delegates": [
+        {"cniVersion": "1.1.0", "name": "net-a", "type": "fake-a"},
+        {"cniVersion": "1.1.0", "name": "net-b", "type": "fake-b"}]}));
+    b.fail("STATUS", 51, "uplink degraded");
+    let e = err(&fake_call(&config, "STATUS", ""));
+    assert_eq!(e["code"], 51, "{e}");
+    assert!(e["msg"].as_str().unwrap().contains("net-b"), "{e}");
+}
+
 /// A NAD `net-x` of the fake plugin `fake-b` in `dir` (read through `plumbNadDir`), with the
 /// extra configuration keys `extra`.
 fn write_fake_nad(dir: &std::path::Path, extra: Value) {
