@@ -513,6 +513,39 @@ fn status_passes_on_a_delegates_limited_connectivity_code_51() {
     assert!(e["msg"].as_str().unwrap().contains("net-b"), "{e}");
 }
 
+#[test]
+fn gc_goes_on_past_a_delegate_whose_gc_fails_and_reports_it() {
+    // CNI spec 1.1 §2 GC: "If an error is encountered, a plugin should continue; removing as
+    // many resources as possible, and report the errors back to the runtime", and GC MUST be
+    // forwarded to every delegate. The first network's GC failing must not keep the second's
+    // from running, and plumb must still fail, naming it.
+    use testkit::fake_plugin::FakePlugin;
+    let node = Node::new();
+    let bin = node.path("bin");
+    let a = FakePlugin::install(&bin, "fake-a");
+    let b = FakePlugin::install(&bin, "fake-b");
+    let mut config = node.config(json!({"cniVersion": "1.1.0", "binDir": bin, "delegates": [
+        {"cniVersion": "1.1.0", "name": "net-a", "type": "fake-a"},
+        {"cniVersion": "1.1.0", "name": "net-b", "type": "fake-b"}]}));
+    ok(&fake_call(&config, "ADD", "c-live"));
+    a.fail("GC", 11, "ipam store locked");
+    config["cni.dev/valid-attachments"] = json!([{"containerID": "c-live", "ifname": "eth0"}]);
+    let e = err(&fake_call(&config, "GC", ""));
+    assert_eq!(e["code"], 11, "{e}");
+    assert!(
+        e["msg"].as_str().unwrap().contains("ipam store locked"),
+        "{e}"
+    );
+    assert_eq!(a.calls_of("GC").len(), 1);
+    let gc = b.calls_of("GC");
+    assert_eq!(gc.len(), 1, "net-b still gets GC");
+    assert_eq!(
+        gc[0].stdin_json()["cni.dev/valid-attachments"],
+        json!([{"containerID": "c-live", "ifname": "net1"}])
+    );
+    assert!(node.record("c-live").exists(), "a live sandbox is kept");
+}
+
 /// A NAD `net-x` of the fake plugin `fake-b` in `dir` (read through `plumbNadDir`), with the
 /// extra configuration keys `extra`.
 fn write_fake_nad(dir: &std::path::Path, extra: Value) {
