@@ -100,7 +100,8 @@ pub fn dispatch(
     let (text, code) = match outcome {
         Ok(text) => (text, 0),
         Err(mut e) => {
-            if e.cni_version.is_empty() {
+            // The version in use (spec §5 "Error"), not that of a delegate whose error this is.
+            if !version_hint.is_empty() || e.cni_version.is_empty() {
                 e.cni_version = version_hint;
             }
             (e.to_json(), 1)

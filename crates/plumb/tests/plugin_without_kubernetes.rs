@@ -511,6 +511,8 @@ fn status_passes_on_a_delegates_limited_connectivity_code_51() {
     let e = err(&fake_call(&config, "STATUS", ""));
     assert_eq!(e["code"], 51, "{e}");
     assert!(e["msg"].as_str().unwrap().contains("net-b"), "{e}");
+    // §5 "Error": the version in use is plumb's configuration's, not the delegate's error's.
+    assert_eq!(e["cniVersion"], "1.1.0", "{e}");
 }
 
 #[test]

@@ -315,6 +315,24 @@ fn a_plugin_error_is_printed_with_the_config_version() {
 }
 
 #[test]
+fn a_delegates_error_is_printed_in_the_version_in_use_not_the_delegates() {
+    // CNI spec 1.1 §5 "Error": `cniVersion` is "the protocol version in use", the one of the
+    // configuration this plugin was called with. A delegating plugin passing on a delegate's
+    // error (which carries the delegate's own version) must not print that version instead.
+    let p = Recorder {
+        fail_with: Some(
+            CniError::new(ErrorCode::TryAgainLater, "delegate busy").with_version("0.3.1"),
+        ),
+        ..Default::default()
+    };
+    for command in ["ADD", "DEL", "CHECK"] {
+        let (code, out) = call(&p, &env(command), &config("1.0.0"));
+        assert_eq!(code, 1);
+        assert_eq!(error_of(&out).cni_version, "1.0.0", "{command}: {out}");
+    }
+}
+
+#[test]
 fn a_netns_that_is_the_plugins_own_is_refused_before_the_plugin_runs() {
     // Go `pkg/skel` refuses ADD and DEL whose CNI_NETNS is the plugin's own namespace (code 8,
     // `ErrInvalidNetNS`); here the check comes first, so nothing is done to the host's netns.
