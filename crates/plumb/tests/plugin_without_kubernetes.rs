@@ -548,6 +548,48 @@ fn gc_goes_on_past_a_delegate_whose_gc_fails_and_reports_it() {
     assert!(node.record("c-live").exists(), "a live sandbox is kept");
 }
 
+#[test]
+fn the_runtimes_capability_args_reach_the_default_network_only_as_declared() {
+    // CNI spec 1.1 §3 "Deriving runtimeConfig" and CONVENTIONS.md (portMappings, bandwidth):
+    // the runtime's runtimeConfig given to plumb (which declares the capabilities) goes, as the
+    // runtime of its delegates, to the plugins that declare each capability, of the default
+    // network (multi-net spec §7.5), without `capabilities`; a secondary network gets none.
+    use testkit::fake_plugin::FakePlugin;
+    let node = Node::new();
+    let bin = node.path("bin");
+    let a = FakePlugin::install(&bin, "fake-a");
+    let b = FakePlugin::install(&bin, "fake-b");
+    let ports = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
+    let config = node.config(json!({
+        "binDir": bin,
+        "capabilities": {"portMappings": true, "bandwidth": true},
+        "runtimeConfig": {"portMappings": ports, "bandwidth": {"ingressRate": 2048}},
+        "delegates": [
+            {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a",
+             "capabilities": {"portMappings": true}},
+            {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b",
+             "capabilities": {"portMappings": true}}]}));
+    ok(&fake_call(&config, "ADD", "c-caps"));
+    let add = a.calls_of("ADD");
+    let stdin = add[0].stdin_json();
+    assert_eq!(
+        stdin["runtimeConfig"],
+        json!({"portMappings": ports}),
+        "{stdin}"
+    );
+    assert!(stdin.get("capabilities").is_none(), "{stdin}");
+    let stdin = b.calls_of("ADD")[0].stdin_json();
+    assert!(stdin.get("runtimeConfig").is_none(), "{stdin}");
+    // DEL gives the same capability args (libcni caches them with the result).
+    ok(&fake_call(&config, "DEL", "c-caps"));
+    let del = a.calls_of("DEL")[0].stdin_json();
+    assert_eq!(
+        del["runtimeConfig"],
+        json!({"portMappings": ports}),
+        "{del}"
+    );
+}
+
 /// A NAD `net-x` of the fake plugin `fake-b` in `dir` (read through `plumbNadDir`), with the
 /// extra configuration keys `extra`.
 fn write_fake_nad(dir: &std::path::Path, extra: Value) {
