@@ -261,9 +261,16 @@ struct Resolved {
 
 impl Planner<'_> {
     /// `net<N>`, N being the attachment's position in the whole list (Multus numbering: the
-    /// default network is 0 and named attachments take a number too).
+    /// default network is 0 and named attachments take a number too). When an earlier
+    /// attachment already has that name (it asked for it, or it is the runtime's), the next
+    /// free number: a generated name must be unique (multi-net spec §4.2.1), and only a
+    /// *requested* name in use fails the pod (§4.1.2.1.5). Multus fails such a pod, so no pod
+    /// it attached is named differently.
     fn next_ifname(&self) -> String {
-        format!("net{}", self.out.attachments.len())
+        (self.out.attachments.len()..)
+            .map(|n| format!("net{n}"))
+            .find(|name| self.out.attachments.iter().all(|a| &a.ifname != name))
+            .expect("fewer attachments than numbers")
     }
 
     /// A configured network (the default network, an inline delegate, `defaultNetworks`).

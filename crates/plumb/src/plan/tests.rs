@@ -166,6 +166,32 @@ fn an_interface_name_used_twice_fails_before_anything_runs() {
 }
 
 #[test]
+fn a_generated_interface_name_skips_one_an_earlier_element_requested() {
+    // multi-net spec §4.2.1: a CNI_IFNAME the delegating plugin generates "must be unique
+    // across all attachments"; only a *requested* name already in use fails (§4.1.2.1.5). Here
+    // the second element's number (2) is the name the first one asked for: Multus generates
+    // `net2` again and fails the pod; the generated name must be another.
+    for (annotation, expected) in [
+        ("net-a@net2,other-ns/net-b", ["eth0", "net2", "net3"]),
+        (
+            r#"[{"name":"net-a","interface":"net2"},{"name":"net-b","namespace":"other-ns"}]"#,
+            ["eth0", "net2", "net3"],
+        ),
+    ] {
+        let pod = pod("default", &[(NETWORKS_ANNOTATION, annotation)]);
+        let p = plan(&config(json!({})), Some(&pod), "eth0", &cluster(), None)
+            .unwrap_or_else(|e| panic!("{annotation}: {e}"));
+        let names: Vec<&str> = p.attachments.iter().map(|a| a.ifname.as_str()).collect();
+        assert_eq!(names, expected, "{annotation}");
+    }
+    // A generated name also avoids the runtime's own name for the default network.
+    let pod = pod("default", &[(NETWORKS_ANNOTATION, "net-a")]);
+    let p = plan(&config(json!({})), Some(&pod), "net1", &cluster(), None).unwrap();
+    let names: Vec<&str> = p.attachments.iter().map(|a| a.ifname.as_str()).collect();
+    assert_eq!(names, ["net1", "net2"]);
+}
+
+#[test]
 fn an_interface_name_clash_names_both_networks() {
     // The operator must see which earlier attachment holds the name, not only the later one.
     for (annotation, first, second) in [
