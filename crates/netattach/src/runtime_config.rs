@@ -364,6 +364,37 @@ mod tests {
     }
 
     #[test]
+    fn port_mappings_and_bandwidth_need_a_plugin_that_declares_them() {
+        // §4.1.2.1.7.2 and §4.1.2.1.8.2: "If no plugin has the portMappings (bandwidth)
+        // capability set to true the entire attachment request must fail."
+        let without = list(json!({"cniVersion": "1.0.0", "name": "n", "plugins": [
+            {"type": "bridge", "capabilities": {"ips": true}},
+            {"type": "portmap", "capabilities": {"portMappings": false}}
+        ]}));
+        let pm = element(json!({"name": "n",
+            "portMappings": [{"hostPort": 8080, "containerPort": 80}]}));
+        let bw = element(json!({"name": "n", "bandwidth": {"egressRate": 8000}}));
+        for (e, key) in [(&pm, "portMappings"), (&bw, "bandwidth")] {
+            let err = check_capabilities("ns1/n", &without, e).unwrap_err();
+            assert_eq!(
+                err,
+                RuntimeConfigError::MissingCapability {
+                    network: "ns1/n".into(),
+                    key,
+                    capability: key,
+                }
+            );
+        }
+        let with = list(json!({"cniVersion": "1.0.0", "name": "n", "plugins": [
+            {"type": "bridge"},
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}}
+        ]}));
+        assert!(check_capabilities("ns1/n", &with, &pm).is_ok());
+        assert!(check_capabilities("ns1/n", &with, &bw).is_ok());
+    }
+
+    #[test]
     fn cni_args_merge_into_every_plugin_with_the_annotation_winning() {
         let l = list(json!({"cniVersion": "1.0.0", "name": "n", "plugins": [
             {"type": "sriov", "args": {"cni": {"spoofchk": "off", "trust": "on"}, "other": 1}},
