@@ -435,6 +435,29 @@ fn a_nad_without_config_uses_the_file_of_its_name() {
 }
 
 #[test]
+fn spec_config_wins_over_a_file_of_the_nads_name() {
+    // multi-net spec §3.4.1: the rules apply "in the listed order"; a NAD with spec.config uses
+    // it even when confDir holds a configuration named like the NAD.
+    let fake = cluster()
+        .with_nad(
+            "default",
+            "both",
+            Some(json!({"cniVersion": "1.0.0", "type": "ipvlan"})),
+        )
+        .with_file(conf("both", json!([{"type": "macvlan"}])));
+    let p = plan(
+        &config(json!({})),
+        Some(&pod("default", &[(NETWORKS_ANNOTATION, "both")])),
+        "eth0",
+        &fake,
+        None,
+    )
+    .unwrap();
+    assert_eq!(p.attachments[1].list.plugins.len(), 1);
+    assert_eq!(p.attachments[1].list.plugins[0].plugin_type, "ipvlan");
+}
+
+#[test]
 fn requested_capabilities_must_be_declared_and_reach_runtime_config() {
     let fake = cluster().with_nad(
         "default",
