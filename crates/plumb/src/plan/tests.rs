@@ -458,6 +458,24 @@ fn spec_config_wins_over_a_file_of_the_nads_name() {
 }
 
 #[test]
+fn the_cluster_default_network_can_be_selected_again() {
+    // multi-net spec §4: the annotation "may be used to select additional attachments to the
+    // cluster-wide default network": a second, separate attachment, not the default one.
+    let pod = pod(
+        "default",
+        &[(NETWORKS_ANNOTATION, "kube-system/default-net")],
+    );
+    let p = plan(&config(json!({})), Some(&pod), "eth0", &cluster(), None).unwrap();
+    assert_eq!(
+        summary(&p),
+        [
+            s("kube-system/default-net", "eth0", true),
+            s("kube-system/default-net", "net1", false),
+        ]
+    );
+}
+
+#[test]
 fn requested_capabilities_must_be_declared_and_reach_runtime_config() {
     let fake = cluster().with_nad(
         "default",
