@@ -237,6 +237,27 @@ mod tests {
     }
 
     #[test]
+    fn a_conf_file_is_found_by_its_json_name_when_no_conflist_has_it() {
+        // multi-net spec §3.4.1, third rule: a .config file "whose JSON name key matches" the
+        // NAD's name, whatever the file is called, once no .conflist matched.
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            "10-other.conflist",
+            r#"{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"from-conflist"}]}"#,
+        );
+        write(
+            d.path(),
+            "20-macvlan.conf",
+            r#"{"cniVersion":"1.0.0","name":"net-c","type":"from-conf"}"#,
+        );
+        let l = find_network(d.path(), "net-c").unwrap().unwrap();
+        assert_eq!(l.plugins[0].plugin_type, "from-conf");
+        assert_eq!(find_network(d.path(), "20-macvlan").unwrap(), None);
+        assert_eq!(find_network(d.path(), "macvlan").unwrap(), None);
+    }
+
+    #[test]
     fn errors_name_the_directory_network_and_broken_files() {
         let e = load_network(Path::new("/nonexistent/plumb"), "x").unwrap_err();
         assert!(
