@@ -391,6 +391,37 @@ fn default_route_moves_to_net1() {
 }
 
 #[test]
+fn an_empty_default_route_list_changes_no_route() {
+    // multi-net spec §4.1.2.1.9: "This list may be empty"; it names no gateway, so the default
+    // network keeps its default route and no other interface gets one.
+    let c = Cluster::new(237);
+    let annotation = r#"[{"name":"net-a","default-route":[]}]"#;
+    let uid = c.pod("default", "nogw", json!({NETWORKS: annotation}));
+    let ns = Netns::new();
+    let pod = ("default", "nogw", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "cnogw"));
+    let defaults: Vec<(String, String)> = ns
+        .routes("-4")
+        .into_iter()
+        .filter(|r| r["dst"] == "default")
+        .map(|r| {
+            (
+                r["dev"].as_str().unwrap().to_string(),
+                r["gateway"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        defaults,
+        [("eth0".to_string(), "10.237.1.1".to_string())],
+        "{:?}",
+        ns.routes("-4")
+    );
+    ok(&c.call("DEL", &ns, pod, "cnogw"));
+    c.assert_nothing_left(&ns, "cnogw");
+}
+
+#[test]
 fn transient_api_errors_and_a_late_pod_are_retried() {
     use testkit::kube_api::{Fault, FaultKind};
     let c = Cluster::new(216);
