@@ -394,7 +394,7 @@ fn default_route_moves_to_net1() {
 fn an_empty_default_route_list_changes_no_route() {
     // multi-net spec §4.1.2.1.9: "This list may be empty"; it names no gateway, so the default
     // network keeps its default route and no other interface gets one.
-    let c = Cluster::new(237);
+    let c = Cluster::new(197);
     let annotation = r#"[{"name":"net-a","default-route":[]}]"#;
     let uid = c.pod("default", "nogw", json!({NETWORKS: annotation}));
     let ns = Netns::new();
@@ -413,7 +413,7 @@ fn an_empty_default_route_list_changes_no_route() {
         .collect();
     assert_eq!(
         defaults,
-        [("eth0".to_string(), "10.237.1.1".to_string())],
+        [("eth0".to_string(), "10.197.1.1".to_string())],
         "{:?}",
         ns.routes("-4")
     );
