@@ -21,7 +21,7 @@ use netattach::runtime_config::capability;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::plan::Attachment;
+use crate::plan::{Attachment, Device};
 
 /// The largest scratch file read: far above what Multus writes for any pod (each delegate's
 /// configuration is a NAD's, which Kubernetes bounds at about 1.5 MiB).
@@ -189,6 +189,16 @@ pub fn attachments(
                 (None, true) => ifname.to_string(),
                 (None, false) => format!("net{i}"),
             };
+            // Multus made a device-info file for every delegate with a device ID, and its DEL
+            // deletes it (device-info spec §4.2.1): as a device of the attachment, DEL does too.
+            let device = d
+                .capability_args
+                .get(capability::DEVICE_ID)
+                .and_then(Value::as_str)
+                .map(|id| Device {
+                    id: id.to_string(),
+                    resource: None,
+                });
             let capability_args = if master {
                 runtime_config.clone()
             } else {
@@ -202,7 +212,7 @@ pub fn attachments(
                 capability_args,
                 is_default: master,
                 default_route: None,
-                device: None,
+                device,
                 resource: None,
             }
         })

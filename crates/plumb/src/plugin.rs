@@ -1322,4 +1322,77 @@ mod tests {
         );
         assert!(!call.config.cni_dir.join("results").exists());
     }
+
+    #[test]
+    fn del_from_multus_cache_deletes_the_device_info_files_multus_made() {
+        // device-info spec §4.2.1: "When CNI DELETE action is called, the NPWG Implementation
+        // must delete the CNI Plugin Device Information File". Multus made one for every
+        // delegate with a device ID, named <Name with / as ->-<containerID>_<ifname>
+        // (multus-reference.md §2.9), and its scratch cache keeps the device ID.
+        let d = tempfile::tempdir().unwrap();
+        let bin = d.path().join("bin");
+        let fake = FakePlugin::install(&bin, "fake-del");
+        let devinfo = d.path().join("devinfo");
+        let config = json!({
+            "cniVersion": "1.0.0", "name": "plumb-net", "type": "plumb", "binDir": bin,
+            "plumbStateDir": d.path().join("state"), "confDir": d.path().join("conf"),
+            "plumbDeviceInfoDir": devinfo, "logToStderr": false,
+            "delegates": [{"cniVersion": "1.0.0", "name": "net-a", "type": "fake-del"}]
+        });
+        let args = CmdArgs {
+            container_id: "0a1b2c3d4e".into(),
+            netns: "/var/run/netns/gone".into(),
+            ifname: "eth0".into(),
+            args: String::new(),
+            path: Vec::new(),
+            stdin: config.to_string().into_bytes(),
+            config: config.as_object().unwrap().clone(),
+            version: Version::V1_0_0,
+        };
+        let mut call = Call::new(&args).unwrap();
+        call.config.cni_dir = d.path().join("cni");
+        call.config.multus_cni_dir = d.path().join("multus");
+        call.cni = delegates_runner(&call.config, &[], &call.log, call.config.cni_dir.clone());
+        let net_a = br#"{"cniVersion":"1.0.0","name":"net-a","type":"fake-del"}"#;
+        let sriov = br#"{"cniVersion":"1.0.0","name":"sriov-net","type":"fake-del","deviceID":"0000:18:02.5","pciBusID":"0000:18:02.5"}"#;
+        std::fs::create_dir_all(&call.config.multus_cni_dir).unwrap();
+        let scratch = call.config.multus_cni_dir.join("0a1b2c3d4e");
+        std::fs::write(
+            &scratch,
+            json!([
+                {"Name": "net-a", "Bytes": cni::base64::encode(net_a)},
+                {"Name": "ns1/sriov-net", "Bytes": cni::base64::encode(sriov),
+                 "deviceID": "0000:18:02.5", "resourceName": "intel.com/sriov"}
+            ])
+            .to_string(),
+        )
+        .unwrap();
+        // What Multus's ADD left: the device plugin's file copied for the VF's attachment.
+        let cni_dir = devinfo.join("cni");
+        std::fs::create_dir_all(&cni_dir).unwrap();
+        let multus_file = cni_dir.join("ns1-sriov-net-0a1b2c3d4e_net1");
+        std::fs::write(
+            &multus_file,
+            r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:18:02.5"}}"#,
+        )
+        .unwrap();
+        let other = cni_dir.join("ns1-sriov-net-c-other_net1");
+        std::fs::write(&other, "{}").unwrap();
+        Plumb {
+            clients: None,
+            routes: &NetlinkRoutes,
+            caller: Caller::ThisProcess,
+        }
+        .do_del(&call, &args)
+        .unwrap();
+        let del = fake.calls_of("DEL");
+        assert_eq!(del.len(), 2);
+        assert_eq!(del[0].var("CNI_IFNAME"), Some("net1"));
+        assert!(!scratch.exists(), "the scratch file is left");
+        assert!(
+            !multus_file.exists(),
+            "Multus's device-info file is left after DEL"
+        );
+        assert!(other.exists(), "another sandbox's file was deleted");
+    }
 }
