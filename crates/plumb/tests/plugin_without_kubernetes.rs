@@ -1039,6 +1039,38 @@ fn a_failed_rollback_keeps_only_what_is_left_to_undo() {
 }
 
 #[test]
+fn a_failed_del_of_one_attachment_does_not_stop_the_others_and_fails_the_del() {
+    // multi-net spec §7.2: "the failure of one shall not prevent teardown of subsequent
+    // attachments. However, if any detachment failed, a final error shall be delivered".
+    // DEL runs in reverse: net-b first, whose failure must not keep net-a from its DEL.
+    use testkit::fake_plugin::sequence;
+    let node = Node::new();
+    let (a, b, config) = two_fakes(&node);
+    let call = |command| fake_call(&config, command, "c-teardown");
+    ok(&call("ADD"));
+    b.fail("DEL", 11, "net-b cannot be torn down now");
+    let e = err(&call("DEL"));
+    assert_eq!(e["code"], 11, "{e}");
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("net-b cannot be torn down now"),
+        "{e}"
+    );
+    assert_eq!(a.calls_of("DEL").len(), 1, "net-a was not torn down");
+    let bin = node.path("bin");
+    let order: Vec<String> = sequence(&bin)
+        .into_iter()
+        .map(|(n, c)| format!("{n} {c}"))
+        .collect();
+    assert_eq!(
+        order,
+        ["fake-a ADD", "fake-b ADD", "fake-b DEL", "fake-a DEL"]
+    );
+}
+
+#[test]
 fn a_retried_del_repeats_no_del_that_succeeded() {
     // A plugin whose second DEL fails (host-device, once its device has left the netns) must
     // not keep the sandbox forever because another attachment's DEL failed once.
