@@ -312,6 +312,45 @@ fn the_default_network_annotation_replaces_the_cluster_network() {
 }
 
 #[test]
+fn an_ipam_claim_in_the_default_network_annotation_is_ignored_with_a_warning() {
+    // multi-net spec §8: IPAM claims are "meant exclusively for secondary networks".
+    let fake = cluster().with_bridge_nad("kube-system", "alt");
+    let p = plan(
+        &config(json!({})),
+        Some(&pod(
+            "default",
+            &[(
+                DEFAULT_NETWORK_ANNOTATION,
+                r#"[{"name":"alt","ipam-claim-reference":"vm1.alt"}]"#,
+            )],
+        )),
+        "eth0",
+        &fake,
+        None,
+    )
+    .unwrap();
+    assert_eq!(summary(&p), [s("kube-system/alt", "eth0", true)]);
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("\"ipam-claim-reference\"") && w.contains("ignored")),
+        "{:?}",
+        p.warnings
+    );
+    let default = &p.attachments[0];
+    assert!(default.capability_args.is_empty());
+    assert!(
+        default
+            .list
+            .plugins
+            .iter()
+            .all(|plugin| !plugin.raw.contains_key("args")),
+        "{:?}",
+        default.list
+    );
+}
+
+#[test]
 fn an_empty_default_network_annotation_is_refused_not_ignored() {
     // Multus fails the ADD of a pod whose default-network annotation names nothing; falling
     // back to the cluster network would attach the pod where it did not ask to be.
