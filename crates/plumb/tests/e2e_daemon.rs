@@ -485,11 +485,12 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
     // Six pods at once, each through ten sandboxes: each ADD, through the daemon or in thin
     // mode, has its plugin killed (as a runtime kills it at its deadline) at a point drawn from
     // a fixed seed, and the DEL after it must undo everything, while the other pods' calls
-    // run. The points are drawn over how long a whole ADD takes under this very load (each pod
-    // first times one, unkilled), so that on a busy machine the kills still land all through
-    // the ADD instead of before plumb has done anything. (A soak of 8 pods x 40 sandboxes found a result cache entry's
-    // temporary file left behind 1 run in 30; delegates are not killed here: host-local then
-    // leaves an empty reservation file, its own store's weakness, not plumb's.)
+    // run. The points are drawn over how long a whole ADD takes under this very load (each
+    // pod's first sandbox times one, unkilled), so that on a busy machine the kills still land
+    // all through the ADD instead of before plumb has done anything. (A soak of 8 pods x 40
+    // sandboxes found a result cache entry's temporary file left behind 1 run in 30; delegates
+    // are not killed here: host-local then leaves an empty reservation file, its own store's
+    // weakness, not plumb's.)
     let (c, _socket, _daemon) = served(198);
     let thin = in_thin_mode(&c);
     let pods = pods_on_three_networks(&c, "k", 6);
@@ -504,33 +505,13 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
                         .wrapping_add(1_442_695_040_888_963_407);
                     (seed >> 33) % n
                 };
-                let add_takes = {
-                    let ns = Netns::new();
-                    let netns = ns.path().display().to_string();
-                    let cid = format!("k{i}timed");
-                    let args = pod_args(("default", name, uid), &cid);
-                    let call = |command| CniCall {
-                        command,
-                        container_id: &cid,
-                        netns: &netns,
-                        ifname: "eth0",
-                        args: &args,
-                        config: thin,
-                    };
-                    let start = Instant::now();
-                    ok(&common::run(&call("ADD")));
-                    let took = start.elapsed();
-                    ok(&common::run(&call("DEL")));
-                    took
-                };
-                // A little past the ADD's end too: a kill that comes once it is done is a case.
-                let window = (add_takes.as_millis() as u64 * 6 / 5).max(20);
-                for round in 0..10 {
+                let mut add_takes = None;
+                for round in 0..11 {
                     let ns = Netns::new();
                     let netns = ns.path().display().to_string();
                     let cid = format!("k{i}r{round}");
                     let args = pod_args(("default", name, uid), &cid);
-                    let through_daemon = draw(2) == 0;
+                    let through_daemon = add_takes.is_some() && draw(2) == 0;
                     let config = if through_daemon { &c.config } else { thin };
                     let call = |command| CniCall {
                         command,
@@ -540,7 +521,15 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
                         args: &args,
                         config,
                     };
-                    let after = draw(window);
+                    let Some(add_takes) = add_takes else {
+                        let start = Instant::now();
+                        ok(&common::run(&call("ADD")));
+                        add_takes = Some(start.elapsed());
+                        ok(&common::run(&call("DEL")));
+                        continue;
+                    };
+                    // A little past the ADD's end too: a kill once it is done is a case.
+                    let after = draw((add_takes.as_millis() as u64 * 6 / 5).max(20));
                     let mut add = common::start(&call("ADD"), |_| {});
                     std::thread::sleep(Duration::from_millis(after));
                     let _ = add.kill();
