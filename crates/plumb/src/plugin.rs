@@ -1248,23 +1248,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn del_from_multus_caches_apart_from_plumbs_gives_multus_results_and_clears_them() {
-        // The usual migration: Multus's configuration kept, no `cniDir`, so Multus's scratch
-        // and result caches (/var/lib/cni/multus) are apart from plumb's result cache
-        // (/var/lib/cni). The delegate's DEL gets Multus's cached result as prevResult, and
-        // Multus's files go once it succeeded; plumb's cache is not touched.
-        let d = tempfile::tempdir().unwrap();
-        let bin = d.path().join("bin");
+    /// A call for `container_id` on a node moved from Multus, under `dir`: one delegate network
+    /// `net-a` of the recording plugin `fake-del`, plumb's result cache in `dir/cni` and
+    /// Multus's caches in `dir/multus` (apart, as when the configuration sets no `cniDir`);
+    /// device-info files under `dir/devinfo`.
+    fn migration_call(dir: &std::path::Path, container_id: &str) -> (FakePlugin, CmdArgs, Call) {
+        let bin = dir.join("bin");
         let fake = FakePlugin::install(&bin, "fake-del");
         let config = json!({
             "cniVersion": "1.0.0", "name": "plumb-net", "type": "plumb", "binDir": bin,
-            "plumbStateDir": d.path().join("state"), "confDir": d.path().join("conf"),
-            "plumbDeviceInfoDir": d.path().join("devinfo"), "logToStderr": false,
+            "plumbStateDir": dir.join("state"), "confDir": dir.join("conf"),
+            "plumbDeviceInfoDir": dir.join("devinfo"), "logToStderr": false,
             "delegates": [{"cniVersion": "1.0.0", "name": "net-a", "type": "fake-del"}]
         });
         let args = CmdArgs {
-            container_id: "c-multus".into(),
+            container_id: container_id.into(),
             netns: "/var/run/netns/gone".into(),
             ifname: "eth0".into(),
             args: String::new(),
@@ -1274,9 +1272,20 @@ mod tests {
             version: Version::V1_0_0,
         };
         let mut call = Call::new(&args).unwrap();
-        call.config.cni_dir = d.path().join("cni");
-        call.config.multus_cni_dir = d.path().join("multus");
+        call.config.cni_dir = dir.join("cni");
+        call.config.multus_cni_dir = dir.join("multus");
         call.cni = delegates_runner(&call.config, &[], &call.log, call.config.cni_dir.clone());
+        (fake, args, call)
+    }
+
+    #[test]
+    fn del_from_multus_caches_apart_from_plumbs_gives_multus_results_and_clears_them() {
+        // The usual migration: Multus's configuration kept, no `cniDir`, so Multus's scratch
+        // and result caches (/var/lib/cni/multus) are apart from plumb's result cache
+        // (/var/lib/cni). The delegate's DEL gets Multus's cached result as prevResult, and
+        // Multus's files go once it succeeded; plumb's cache is not touched.
+        let d = tempfile::tempdir().unwrap();
+        let (fake, args, call) = migration_call(d.path(), "c-multus");
         let net_a = br#"{"cniVersion":"1.0.0","name":"net-a","type":"fake-del"}"#;
         // What Multus's saveDelegates wrote (multus_cache's tests show the whole shape).
         std::fs::create_dir_all(&call.config.multus_cni_dir).unwrap();
@@ -1330,29 +1339,8 @@ mod tests {
         // delegate with a device ID, named <Name with / as ->-<containerID>_<ifname>
         // (multus-reference.md §2.9), and its scratch cache keeps the device ID.
         let d = tempfile::tempdir().unwrap();
-        let bin = d.path().join("bin");
-        let fake = FakePlugin::install(&bin, "fake-del");
         let devinfo = d.path().join("devinfo");
-        let config = json!({
-            "cniVersion": "1.0.0", "name": "plumb-net", "type": "plumb", "binDir": bin,
-            "plumbStateDir": d.path().join("state"), "confDir": d.path().join("conf"),
-            "plumbDeviceInfoDir": devinfo, "logToStderr": false,
-            "delegates": [{"cniVersion": "1.0.0", "name": "net-a", "type": "fake-del"}]
-        });
-        let args = CmdArgs {
-            container_id: "0a1b2c3d4e".into(),
-            netns: "/var/run/netns/gone".into(),
-            ifname: "eth0".into(),
-            args: String::new(),
-            path: Vec::new(),
-            stdin: config.to_string().into_bytes(),
-            config: config.as_object().unwrap().clone(),
-            version: Version::V1_0_0,
-        };
-        let mut call = Call::new(&args).unwrap();
-        call.config.cni_dir = d.path().join("cni");
-        call.config.multus_cni_dir = d.path().join("multus");
-        call.cni = delegates_runner(&call.config, &[], &call.log, call.config.cni_dir.clone());
+        let (fake, args, call) = migration_call(d.path(), "0a1b2c3d4e");
         let net_a = br#"{"cniVersion":"1.0.0","name":"net-a","type":"fake-del"}"#;
         let sriov = br#"{"cniVersion":"1.0.0","name":"sriov-net","type":"fake-del","deviceID":"0000:18:02.5","pciBusID":"0000:18:02.5"}"#;
         std::fs::create_dir_all(&call.config.multus_cni_dir).unwrap();

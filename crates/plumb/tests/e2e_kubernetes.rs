@@ -345,6 +345,20 @@ fn system_namespace_pods_get_no_status_write() {
     c.assert_nothing_left(&ns, "csys");
 }
 
+/// The pod's IPv4 default routes: (interface, gateway) each.
+fn ipv4_defaults(ns: &Netns) -> Vec<(String, String)> {
+    ns.routes("-4")
+        .into_iter()
+        .filter(|r| r["dst"] == "default")
+        .map(|r| {
+            (
+                r["dev"].as_str().unwrap().to_string(),
+                r["gateway"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn default_route_moves_to_net1() {
     // multi-net spec §4.1.2.1.9; Multus v4.2.2 leaves eth0's default in place (its
@@ -367,19 +381,8 @@ fn default_route_moves_to_net1() {
     let ns = Netns::new();
     let pod = ("default", "gw", uid.as_str());
     ok(&c.call("ADD", &ns, pod, "cgw"));
-    let defaults: Vec<(String, String)> = ns
-        .routes("-4")
-        .into_iter()
-        .filter(|r| r["dst"] == "default")
-        .map(|r| {
-            (
-                r["dev"].as_str().unwrap().to_string(),
-                r["gateway"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect();
     assert_eq!(
-        defaults,
+        ipv4_defaults(&ns),
         [("net1".to_string(), "10.215.2.1".to_string())],
         "{:?}",
         ns.routes("-4")
@@ -400,19 +403,8 @@ fn an_empty_default_route_list_changes_no_route() {
     let ns = Netns::new();
     let pod = ("default", "nogw", uid.as_str());
     ok(&c.call("ADD", &ns, pod, "cnogw"));
-    let defaults: Vec<(String, String)> = ns
-        .routes("-4")
-        .into_iter()
-        .filter(|r| r["dst"] == "default")
-        .map(|r| {
-            (
-                r["dev"].as_str().unwrap().to_string(),
-                r["gateway"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect();
     assert_eq!(
-        defaults,
+        ipv4_defaults(&ns),
         [("eth0".to_string(), "10.197.1.1".to_string())],
         "{:?}",
         ns.routes("-4")

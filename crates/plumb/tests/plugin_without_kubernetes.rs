@@ -89,13 +89,26 @@ fn two_fakes(
     testkit::fake_plugin::FakePlugin,
     Value,
 ) {
+    two_fakes_speaking(node, "1.0.0")
+}
+
+/// [`two_fakes`], plumb's configuration and both networks of this `cniVersion` (1.1.0 for
+/// STATUS and GC to reach them).
+fn two_fakes_speaking(
+    node: &Node,
+    version: &str,
+) -> (
+    testkit::fake_plugin::FakePlugin,
+    testkit::fake_plugin::FakePlugin,
+    Value,
+) {
     use testkit::fake_plugin::FakePlugin;
     let bin = node.path("bin");
     let a = FakePlugin::install(&bin, "fake-a");
     let b = FakePlugin::install(&bin, "fake-b");
-    let config = node.config(json!({"binDir": bin, "delegates": [
-        {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
-        {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"}]}));
+    let config = node.config(json!({"cniVersion": version, "binDir": bin, "delegates": [
+        {"cniVersion": version, "name": "net-a", "type": "fake-a"},
+        {"cniVersion": version, "name": "net-b", "type": "fake-b"}]}));
     (a, b, config)
 }
 
@@ -440,14 +453,8 @@ fn check_skips_delegates_too_old_for_check() {
 #[test]
 fn status_and_gc_reach_every_known_network() {
     // Recording fake plugins speaking CNI 1.1, so STATUS and GC really reach them.
-    use testkit::fake_plugin::FakePlugin;
     let node = Node::new();
-    let bin = node.path("bin");
-    let a = FakePlugin::install(&bin, "fake-a");
-    let b = FakePlugin::install(&bin, "fake-b");
-    let mut config = node.config(json!({"cniVersion": "1.1.0", "binDir": bin, "delegates": [
-        {"cniVersion": "1.1.0", "name": "net-a", "type": "fake-a"},
-        {"cniVersion": "1.1.0", "name": "net-b", "type": "fake-b"}]}));
+    let (a, b, mut config) = two_fakes_speaking(&node, "1.1.0");
     let call = |command: &str, cid: &str, config: &Value| fake_call(config, command, cid);
     ok(&call("ADD", "c-live", &config));
     ok(&call("ADD", "c-gone", &config));
@@ -499,14 +506,8 @@ fn status_passes_on_a_delegates_limited_connectivity_code_51() {
     // CNI spec 1.1 §2 STATUS: a plugin relying on a delegate must run STATUS on it and return
     // an error when it does; code 51 ("existing containers may have limited connectivity") is
     // the delegate's to say and must reach the runtime as 51, not be flattened to 50.
-    use testkit::fake_plugin::FakePlugin;
     let node = Node::new();
-    let bin = node.path("bin");
-    let _a = FakePlugin::install(&bin, "fake-a");
-    let b = FakePlugin::install(&bin, "fake-b");
-    let config = node.config(json!({"cniVersion": "1.1.0", "binDir": bin, "delegates": [
-        {"cniVersion": "1.1.0", "name": "net-a", "type": "fake-a"},
-        {"cniVersion": "1.1.0", "name": "net-b", "type": "fake-b"}]}));
+    let (_a, b, config) = two_fakes_speaking(&node, "1.1.0");
     b.fail("STATUS", 51, "uplink degraded");
     let e = err(&fake_call(&config, "STATUS", ""));
     assert_eq!(e["code"], 51, "{e}");
@@ -521,14 +522,8 @@ fn gc_goes_on_past_a_delegate_whose_gc_fails_and_reports_it() {
     // many resources as possible, and report the errors back to the runtime", and GC MUST be
     // forwarded to every delegate. The first network's GC failing must not keep the second's
     // from running, and plumb must still fail, naming it.
-    use testkit::fake_plugin::FakePlugin;
     let node = Node::new();
-    let bin = node.path("bin");
-    let a = FakePlugin::install(&bin, "fake-a");
-    let b = FakePlugin::install(&bin, "fake-b");
-    let mut config = node.config(json!({"cniVersion": "1.1.0", "binDir": bin, "delegates": [
-        {"cniVersion": "1.1.0", "name": "net-a", "type": "fake-a"},
-        {"cniVersion": "1.1.0", "name": "net-b", "type": "fake-b"}]}));
+    let (a, b, mut config) = two_fakes_speaking(&node, "1.1.0");
     ok(&fake_call(&config, "ADD", "c-live"));
     a.fail("GC", 11, "ipam store locked");
     config["cni.dev/valid-attachments"] = json!([{"containerID": "c-live", "ifname": "eth0"}]);
