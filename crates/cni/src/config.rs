@@ -121,11 +121,20 @@ fn select_version(raw: &Map<String, Value>) -> Result<Version, CniError> {
         // No version at all: the oldest protocol (spec: absent means 0.1.0).
         return Ok(Version::V0_1_0);
     }
+    // None supported: the highest not newer than this crate, so that the error below names the
+    // version given ("unsupported CNI version 0.5.0", with the supported ones).
     let best = candidates
         .iter()
         .copied()
         .filter(|v| v.is_supported())
         .max()
+        .or_else(|| {
+            candidates
+                .iter()
+                .copied()
+                .filter(|v| *v <= Version::CURRENT)
+                .max()
+        })
         .ok_or_else(|| {
             CniError::new(
                 ErrorCode::IncompatibleVersion,
@@ -364,6 +373,9 @@ mod tests {
         let e =
             pick(json!({"name":"n","cniVersion":"0.5.0","plugins":[{"type":"x"}]})).unwrap_err();
         assert_eq!(e.code, 1, "{e}");
+        // The error names the unsupported version given and the supported ones.
+        assert!(e.msg.contains("0.5.0"), "{e}");
+        assert!(e.details.contains("1.0.0"), "{e:?}");
         let e =
             pick(json!({"name":"n","cniVersions":"1.0.0","plugins":[{"type":"x"}]})).unwrap_err();
         assert!(e.msg.contains("cniVersions"), "{e}");
