@@ -376,7 +376,15 @@ impl Config {
         // An empty string is unset, as in Multus: it keeps `default`.
         let global_namespaces = match raw.get("globalNamespaces") {
             None | Some(Value::Null) => vec!["default".to_string()],
-            Some(Value::String(s)) if s.is_empty() => vec!["default".to_string()],
+            Some(Value::String(s)) if s.is_empty() => {
+                // plumb read it as "none" before: say that `default` is global again.
+                warnings.push(
+                    "\"globalNamespaces\" is \"\": unset, as in Multus, so the namespace \
+                     \"default\" stays global under namespaceIsolation; [] makes none global"
+                        .into(),
+                );
+                vec!["default".to_string()]
+            }
             Some(Value::String(s)) => s
                 .split(',')
                 .map(str::trim)
@@ -518,7 +526,19 @@ mod tests {
                 "globalNamespaces": empty}))
             .unwrap();
             assert_eq!(c.global_namespaces, ["default"], "{empty}");
+            // Earlier plumb read "" as no global namespace: the widening is not silent.
+            assert_eq!(
+                c.warnings.iter().any(|w| w.contains("globalNamespaces")),
+                empty == json!(""),
+                "{empty}: {:?}",
+                c.warnings
+            );
         }
+        // How to have none, as "" gave before.
+        let c = parse(json!({"clusterNetwork": "x", "namespaceIsolation": true,
+            "globalNamespaces": []}))
+        .unwrap();
+        assert!(c.global_namespaces.is_empty());
     }
 
     #[test]
