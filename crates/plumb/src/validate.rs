@@ -18,6 +18,9 @@ use netattach::{NetworkAttachmentDefinition, NetworkRef};
 use crate::objects::{self, FileObject};
 use crate::plan::{DEFAULT_NETWORK_ANNOTATION, default_network_element};
 
+/// The interface Kubernetes runtimes (containerd, CRI-O) give a pod's default network.
+const KUBERNETES_IFNAME: &str = "eth0";
+
 /// Capability names of the CNI conventions (CONVENTIONS.md) and of the NPWG specifications.
 const KNOWN_CAPABILITIES: &[&str] = &[
     "portMappings",
@@ -166,6 +169,21 @@ pub fn validate(objects: &[FileObject]) -> Vec<Problem> {
                     format!(
                         "{NETWORKS_ANNOTATION:?} element {} ({:?}): key {key:?} is not in the \
                          specification and is ignored",
+                        i + 1,
+                        element.name
+                    ),
+                ));
+            }
+            // Kubernetes runtimes give the default network `eth0` (CNI_IFNAME): ADD refuses an
+            // element asking for it (multi-net spec §4.1.2.1.5), whatever the configuration.
+            if element.interface.as_deref() == Some(KUBERNETES_IFNAME) {
+                problems.push(error(
+                    o,
+                    format!(
+                        "{NETWORKS_ANNOTATION:?} element {} ({:?}) asks for interface \
+                         {KUBERNETES_IFNAME:?}, which the cluster's default network takes \
+                         (Kubernetes runtimes call it with CNI_IFNAME {KUBERNETES_IFNAME}): ADD \
+                         refuses it (multi-net spec §4.1.2.1.5)",
                         i + 1,
                         element.name
                     ),
