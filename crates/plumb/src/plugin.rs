@@ -1134,31 +1134,45 @@ mod tests {
 
     use super::*;
 
+    /// plumb's configuration under `dir` (its state, configuration and device-info
+    /// directories there, no `cniDir`), of this `cniVersion`, with one delegate network `net-a`
+    /// of the recording plugin `plugin`, installed in `dir/bin`.
+    fn one_fake_network(dir: &std::path::Path, plugin: &str, version: &str) -> (FakePlugin, Value) {
+        let bin = dir.join("bin");
+        let fake = FakePlugin::install(&bin, plugin);
+        let config = json!({
+            "cniVersion": version, "name": "plumb-net", "type": "plumb", "binDir": bin,
+            "plumbStateDir": dir.join("state"), "confDir": dir.join("conf"),
+            "plumbDeviceInfoDir": dir.join("devinfo"), "logToStderr": false,
+            "delegates": [{"cniVersion": version, "name": "net-a", "type": plugin}]
+        });
+        (fake, config)
+    }
+
+    /// A request of `config` for `container_id` in `netns`, interface eth0, as the skeleton
+    /// makes it.
+    fn request(config: &Value, container_id: &str, netns: &str) -> CmdArgs {
+        CmdArgs {
+            container_id: container_id.into(),
+            netns: netns.into(),
+            ifname: "eth0".into(),
+            args: String::new(),
+            path: Vec::new(),
+            stdin: config.to_string().into_bytes(),
+            config: config.as_object().unwrap().clone(),
+            version: config["cniVersion"].as_str().unwrap().parse().unwrap(),
+        }
+    }
+
     #[test]
     fn an_add_whose_forwarding_plugin_is_gone_when_its_turn_comes_is_not_run() {
         // The daemon sees the plugin's connection close only when it next reads it: a plugin
         // killed by the runtime, whose ADD then gets its turn at once (the runtime's DEL done
         // already), is told by asking the kernel. Here the daemon's flag is never set.
         let d = tempfile::tempdir().unwrap();
-        let bin = d.path().join("bin");
-        let fake = FakePlugin::install(&bin, "fake-late");
-        let config = json!({
-            "cniVersion": "1.0.0", "name": "plumb-net", "type": "plumb", "binDir": bin,
-            "plumbStateDir": d.path().join("state"), "confDir": d.path().join("conf"),
-            "cniDir": d.path().join("cni"), "plumbDeviceInfoDir": d.path().join("devinfo"),
-            "logToStderr": false,
-            "delegates": [{"cniVersion": "1.0.0", "name": "net-a", "type": "fake-late"}]
-        });
-        let args = |id: &str| CmdArgs {
-            container_id: id.into(),
-            netns: "/proc/self/ns/net".into(),
-            ifname: "eth0".into(),
-            args: String::new(),
-            path: Vec::new(),
-            stdin: config.to_string().into_bytes(),
-            config: config.as_object().unwrap().clone(),
-            version: Version::V1_0_0,
-        };
+        let (fake, mut config) = one_fake_network(d.path(), "fake-late", "1.0.0");
+        config["cniDir"] = json!(d.path().join("cni"));
+        let args = |id: &str| request(&config, id, "/proc/self/ns/net");
         let add = |id: &str, connection: &std::os::unix::net::UnixStream| {
             Plumb {
                 clients: None,
@@ -1197,25 +1211,10 @@ mod tests {
         // A node moved from Multus with a pod still running: its attachments are in Multus's
         // result cache only, which is apart from plumb's when `cniDir` is not set.
         let d = tempfile::tempdir().unwrap();
-        let bin = d.path().join("bin");
-        let fake = FakePlugin::install(&bin, "fake-gc");
-        let config = json!({
-            "cniVersion": "1.1.0", "name": "plumb-net", "type": "plumb", "binDir": bin,
-            "plumbStateDir": d.path().join("state"), "confDir": d.path().join("conf"),
-            "plumbDeviceInfoDir": d.path().join("devinfo"), "logToStderr": false,
-            "delegates": [{"cniVersion": "1.1.0", "name": "net-a", "type": "fake-gc"}],
-            "cni.dev/valid-attachments": [{"containerID": "c-multus", "ifname": "eth0"}]
-        });
-        let args = CmdArgs {
-            container_id: String::new(),
-            netns: String::new(),
-            ifname: String::new(),
-            args: String::new(),
-            path: Vec::new(),
-            stdin: config.to_string().into_bytes(),
-            config: config.as_object().unwrap().clone(),
-            version: Version::V1_1_0,
-        };
+        let (fake, mut config) = one_fake_network(d.path(), "fake-gc", "1.1.0");
+        config["cni.dev/valid-attachments"] =
+            json!([{"containerID": "c-multus", "ifname": "eth0"}]);
+        let args = request(&config, "", "");
         let mut call = Call::new(&args).unwrap();
         call.config.cni_dir = d.path().join("cni");
         call.config.multus_cni_dir = d.path().join("multus");
@@ -1253,24 +1252,8 @@ mod tests {
     /// Multus's caches in `dir/multus` (apart, as when the configuration sets no `cniDir`);
     /// device-info files under `dir/devinfo`.
     fn migration_call(dir: &std::path::Path, container_id: &str) -> (FakePlugin, CmdArgs, Call) {
-        let bin = dir.join("bin");
-        let fake = FakePlugin::install(&bin, "fake-del");
-        let config = json!({
-            "cniVersion": "1.0.0", "name": "plumb-net", "type": "plumb", "binDir": bin,
-            "plumbStateDir": dir.join("state"), "confDir": dir.join("conf"),
-            "plumbDeviceInfoDir": dir.join("devinfo"), "logToStderr": false,
-            "delegates": [{"cniVersion": "1.0.0", "name": "net-a", "type": "fake-del"}]
-        });
-        let args = CmdArgs {
-            container_id: container_id.into(),
-            netns: "/var/run/netns/gone".into(),
-            ifname: "eth0".into(),
-            args: String::new(),
-            path: Vec::new(),
-            stdin: config.to_string().into_bytes(),
-            config: config.as_object().unwrap().clone(),
-            version: Version::V1_0_0,
-        };
+        let (fake, config) = one_fake_network(dir, "fake-del", "1.0.0");
+        let args = request(&config, container_id, "/var/run/netns/gone");
         let mut call = Call::new(&args).unwrap();
         call.config.cni_dir = dir.join("cni");
         call.config.multus_cni_dir = dir.join("multus");
