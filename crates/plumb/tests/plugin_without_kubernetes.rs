@@ -551,21 +551,14 @@ fn the_runtimes_capability_args_reach_the_default_network_only_as_declared() {
     // network, without `capabilities`. Multi-net spec §7.5: it "must not be passed to or
     // applied by network attachments other than the cluster-wide default network", even one
     // whose plugin declares the capability (Multus gives it to every delegate).
-    use testkit::fake_plugin::FakePlugin;
     let node = Node::new();
-    let bin = node.path("bin");
-    let a = FakePlugin::install(&bin, "fake-a");
-    let b = FakePlugin::install(&bin, "fake-b");
+    let (a, b, mut config) = two_fakes(&node);
     let ports = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
-    let config = node.config(json!({
-        "binDir": bin,
-        "capabilities": {"portMappings": true, "bandwidth": true},
-        "runtimeConfig": {"portMappings": ports, "bandwidth": {"ingressRate": 2048}},
-        "delegates": [
-            {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a",
-             "capabilities": {"portMappings": true}},
-            {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b",
-             "capabilities": {"portMappings": true}}]}));
+    config["capabilities"] = json!({"portMappings": true, "bandwidth": true});
+    config["runtimeConfig"] = json!({"portMappings": ports, "bandwidth": {"ingressRate": 2048}});
+    for delegate in config["delegates"].as_array_mut().unwrap() {
+        delegate["capabilities"] = json!({"portMappings": true});
+    }
     ok(&fake_call(&config, "ADD", "c-caps"));
     let add = a.calls_of("ADD");
     let stdin = add[0].stdin_json();

@@ -12,11 +12,14 @@ use serde_json::{Value, json};
 use testkit::netns::{Link, Netns, unique_name};
 
 fn plumb(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_plumb"))
-        .args(args)
-        .env("CNI_PATH", common::PLUGINS)
-        .output()
-        .expect("run plumb")
+    plumb_command(args).output().expect("run plumb")
+}
+
+/// `plumb` with these arguments and the reference plugins on `CNI_PATH`, not yet run.
+fn plumb_command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_plumb"));
+    command.args(args).env("CNI_PATH", common::PLUGINS);
+    command
 }
 
 fn repo(p: &str) -> PathBuf {
@@ -502,22 +505,20 @@ fn attach_that_cannot_print_says_the_namespace_is_attached() {
         _links,
         ..
     } = Attachable::new(7);
-    let out = Command::new(env!("CARGO_BIN_EXE_plumb"))
-        .args([
-            "attach",
-            "--netns",
-            ns.name(),
-            "--networks",
-            "br",
-            "--nads",
-            s(&node.path("nads")),
-            "--config",
-            s(&config_file),
-        ])
-        .env("CNI_PATH", common::PLUGINS)
-        .stdout(std::fs::File::create("/dev/full").unwrap())
-        .output()
-        .unwrap();
+    let out = plumb_command(&[
+        "attach",
+        "--netns",
+        ns.name(),
+        "--networks",
+        "br",
+        "--nads",
+        s(&node.path("nads")),
+        "--config",
+        s(&config_file),
+    ])
+    .stdout(std::fs::File::create("/dev/full").unwrap())
+    .output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
