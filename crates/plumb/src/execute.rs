@@ -284,8 +284,8 @@ impl<'a> PendingRecord<'a> {
     }
 
     /// Before a first attachment that has a device plugin's device-info file to copy, or once
-    /// the first attachment is done or could not start a delegate: the record is in place, written now if no delegate
-    /// took it, or this is why it is not. Later calls are no-ops.
+    /// the first attachment is done or could not start a delegate: the record is in place,
+    /// written now if no delegate took it, or this is why it is not. Later calls are no-ops.
     fn settle(&self) -> Result<(), Unwritten> {
         if let Some(gate) = self.exec.take_stdin_gate() {
             return gate().map_err(|error| Unwritten {
