@@ -353,7 +353,8 @@ pub struct Staged {
     renamed: bool,
 }
 
-/// Writes `bytes` to a temporary file beside `path` (`.<name>.tmp<pid>`, mode 0600).
+/// Writes `bytes` to a temporary file beside `path` (`.<name>.tmp<pid>`, mode 0600; see
+/// [`staged_base`] for a long name).
 pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let file_name = path
@@ -361,7 +362,11 @@ pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let mut staged = Staged {
-        tmp: dir.join(format!(".{file_name}.tmp{}", std::process::id())),
+        tmp: dir.join(format!(
+            ".{}.tmp{}",
+            staged_base(&file_name),
+            std::process::id()
+        )),
         path: path.to_path_buf(),
         file: None,
         renamed: false,
@@ -387,11 +392,39 @@ pub fn remove_staged(path: &Path) -> Vec<PathBuf> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
         return Vec::new();
     };
+    let base = staged_base(name);
     // Every one there, however new: "last written more than no time ago".
     sweep_temporaries(dir, std::time::Duration::ZERO, |n| {
-        staged_target(n) == Some(name)
+        staged_target(n) == Some(&*base)
     })
     .unwrap_or_default()
+}
+
+/// The longest file name most Linux file systems take (`NAME_MAX`), in bytes.
+const NAME_MAX: usize = 255;
+
+/// The part of [`stage`]'s temporary name that stands for the file `name`: `name` itself,
+/// unless `.<name>.tmp<pid>` could pass [`NAME_MAX`]. A result-cache entry is named as libcni
+/// names it, `<network>-<container ID>-<ifname>`, and libcni writes it in place, so an entry
+/// of 244 to 255 bytes (a network name of about 170 characters) is one libcni can write: its
+/// temporary name must not fail where the entry itself would not. A long name keeps its first
+/// bytes and ends with `~` and a 64-bit FNV-1a hash of the whole name (fixed, unlike std's
+/// hasher, so a newer plumb still finds what an older one left), which keeps it unique per
+/// file in practice and lets [`remove_staged`] find it again.
+fn staged_base(name: &str) -> std::borrow::Cow<'_, str> {
+    // `.`, `.tmp` and a PID of up to 10 digits (a u32).
+    const SUFFIXES: usize = 1 + 4 + 10;
+    if name.len() + SUFFIXES <= NAME_MAX {
+        return name.into();
+    }
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let mut keep = NAME_MAX - SUFFIXES - 1 - 16;
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!("{}~{hash:016x}", &name[..keep]).into()
 }
 
 /// Whether `name` is one of [`stage`]'s temporary names, `.<name>.tmp<pid>`.
@@ -801,6 +834,59 @@ mod tests {
                 "c1.json"
             ]
         );
+    }
+
+    #[test]
+    fn an_entry_name_libcni_can_write_can_be_staged_and_its_leftovers_found() {
+        // 244 to 255 bytes: libcni writes such an entry in place; `.<name>.tmp<pid>` would
+        // pass the 255-byte limit and fail with ENAMETOOLONG.
+        let d = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(d.path());
+        let network = "n".repeat(255 - 1 - 64 - 1 - "eth0".len());
+        let id = "c".repeat(64);
+        let path = cache.path(&network, &id, "eth0").unwrap();
+        assert_eq!(path.file_name().unwrap().len(), 255);
+        let entry = CachedAttachment {
+            network_name: network.clone(),
+            container_id: id.clone(),
+            if_name: "eth0".into(),
+            config: br#"{"cniVersion":"1.0.0","name":"n","plugins":[]}"#.to_vec(),
+            netns: "/var/run/netns/p".into(),
+            cni_args: Vec::new(),
+            capability_args: Map::new(),
+            result: Some(json!({"cniVersion": "1.0.0"})),
+        };
+        cache.write(&entry).unwrap();
+        assert_eq!(cache.read(&network, &id, "eth0").unwrap(), Some(entry));
+        assert_eq!(
+            names_in(&cache.results_dir()),
+            [format!("{network}-{id}-eth0")]
+        );
+
+        // A writer killed before its rename leaves its temporary file; removing the missing
+        // entry removes it, and the temporary file of another long entry stays.
+        let other = cache
+            .path(&format!("{network}x"), &id[1..], "eth0")
+            .unwrap();
+        fs::remove_file(&path).unwrap();
+        let left = stage(&path, b"{}").unwrap();
+        let others = stage(&other, b"{}").unwrap();
+        std::mem::forget((left, others));
+        let names = names_in(&cache.results_dir());
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names.iter().all(|n| n.len() <= 255 && is_staged_name(n)));
+        cache.remove(&network, &id, "eth0").unwrap();
+        let kept = names_in(&cache.results_dir());
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(
+            staged_target(&kept[0]),
+            Some(&*staged_base(&other.file_name().unwrap().to_string_lossy()))
+        );
+        // A short name keeps the readable form; a long one is cut between characters.
+        assert_eq!(staged_base("net-a-c1-eth0"), "net-a-c1-eth0");
+        let accents = "é".repeat(150);
+        let cut = staged_base(&accents);
+        assert!(cut.len() + 15 <= 255 && cut.starts_with("éé"), "{cut}");
     }
 
     #[test]
