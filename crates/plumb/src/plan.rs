@@ -267,10 +267,10 @@ impl Planner<'_> {
     /// *requested* name in use fails the pod (§4.1.2.1.5). Multus fails such a pod, so no pod
     /// it attached is named differently.
     fn next_ifname(&self) -> String {
-        (self.out.attachments.len()..)
-            .map(|n| format!("net{n}"))
-            .find(|name| self.out.attachments.iter().all(|a| &a.ifname != name))
-            .expect("fewer attachments than numbers")
+        generated_ifname(
+            self.out.attachments.len(),
+            self.out.attachments.iter().map(|a| a.ifname.as_str()),
+        )
     }
 
     /// A configured network (the default network, an inline delegate, `defaultNetworks`).
@@ -658,6 +658,19 @@ fn element_cni_args(element: &NetworkSelectionElement) -> Map<String, Value> {
         args.insert(IPAM_CLAIM_ARG.into(), Value::String(claim.clone()));
     }
     args
+}
+
+/// The name [`Planner::next_ifname`] gives the attachment at `position` in the whole list (the
+/// default network is 0) when `taken` are the names of the attachments before it: `net<N>`
+/// from N = `position` up, the first no earlier attachment has. Also `plumb validate`'s.
+pub(crate) fn generated_ifname<'a>(
+    position: usize,
+    taken: impl Iterator<Item = &'a str> + Clone,
+) -> String {
+    (position..)
+        .map(|n| format!("net{n}"))
+        .find(|name| taken.clone().all(|t| t != name))
+        .expect("fewer attachments than numbers")
 }
 
 /// multi-net spec §4.1.2.1.5: an interface name already used by a previous attachment fails

@@ -16,7 +16,7 @@ use netattach::selection::{self, NETWORKS_ANNOTATION};
 use netattach::{NetworkAttachmentDefinition, NetworkRef};
 
 use crate::objects::{self, FileObject};
-use crate::plan::{DEFAULT_NETWORK_ANNOTATION, default_network_element};
+use crate::plan::{DEFAULT_NETWORK_ANNOTATION, default_network_element, generated_ifname};
 
 /// The interface Kubernetes runtimes (containerd, CRI-O) give a pod's default network.
 const KUBERNETES_IFNAME: &str = "eth0";
@@ -161,6 +161,11 @@ pub fn validate(objects: &[FileObject]) -> Vec<Problem> {
                 continue;
             }
         };
+        problems.extend(
+            interface_clashes(&elements)
+                .into_iter()
+                .map(|message| warning(o, message)),
+        );
         for (i, element) in elements.iter().enumerate() {
             let r: NetworkRef = element.network_ref(&pod.namespace);
             for key in element.unknown_keys() {
@@ -209,6 +214,42 @@ pub fn validate(objects: &[FileObject]) -> Vec<Problem> {
                 ));
             }
         }
+    }
+    problems
+}
+
+/// Elements asking for an interface name that a generated `net<N>` before them takes, named
+/// as the planner names them with the default network on `eth0`: ADD refuses a name used twice
+/// (multi-net spec §4.1.2.1.5). Reckoned with no `defaultNetworks`, which shift the numbering,
+/// so a warning that points to `plumb plan`. (Two elements asking for one name are refused by
+/// the annotation's parser already, and `eth0` has its own check.)
+fn interface_clashes(elements: &[selection::NetworkSelectionElement]) -> Vec<String> {
+    let mut names: Vec<String> = vec![KUBERNETES_IFNAME.to_string()];
+    let mut problems = Vec::new();
+    for (i, element) in elements.iter().enumerate() {
+        let Some(asked) = element.interface.as_deref() else {
+            names.push(generated_ifname(
+                names.len(),
+                names.iter().map(String::as_str),
+            ));
+            continue;
+        };
+        let generated_before = names
+            .iter()
+            .position(|n| n == asked)
+            .filter(|&j| j > 0 && elements[j - 1].interface.is_none());
+        if let Some(j) = generated_before {
+            problems.push(format!(
+                "{NETWORKS_ANNOTATION:?} element {} ({:?}) asks for interface {asked:?}, which \
+                 element {j} ({:?}) is given when the configuration has no \"defaultNetworks\": \
+                 ADD then refuses a name used twice (multi-net spec §4.1.2.1.5); `plumb plan` \
+                 with the node's configuration tells for sure",
+                i + 1,
+                element.name,
+                elements[j - 1].name,
+            ));
+        }
+        names.push(asked.to_string());
     }
     problems
 }

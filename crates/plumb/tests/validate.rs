@@ -85,6 +85,19 @@ fn good_files_pass_and_warnings_do_not_fail() {
         stdout.contains("key \"colour\" is not in the specification"),
         "{stdout}"
     );
+    let clash = stdout
+        .lines()
+        .find(|l| l.contains("generated-then-asked"))
+        .unwrap_or_else(|| {
+            panic!("no warning for a requested net1 after a generated one: {stdout}")
+        });
+    assert!(
+        clash.contains(": warning: ")
+            && clash.contains("element 2 (\"net-w\") asks for interface \"net1\"")
+            && clash.contains("plumb plan"),
+        "{clash}"
+    );
+    assert!(!stdout.contains("asked-then-generated"), "{stdout}");
 }
 
 #[test]
