@@ -289,19 +289,33 @@ fn cni_error(server: &str, what: &str, f: &Failure) -> CniError {
 }
 
 /// What went wrong, as the API server said it, or down to the root cause (connection refused,
-/// certificate problems…).
+/// certificate problems…), each thing said once: the operator reads it in the pod's events.
 fn kube_detail(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) if s.reason.is_empty() => format!("{} ({})", s.message, s.code),
+        // The API server's 401 says "Unauthorized" as its message and its reason.
+        kube::Error::Api(s) if s.message == s.reason => format!("{} {}", s.code, s.reason),
         kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
         other => {
-            let mut msg = other.to_string();
+            // kube-rs's "ServiceError: " names its own wrapper, nothing the operator can act
+            // on; and hyper's error prints its own text and is then its own source's, so each
+            // layer is kept only when it adds words ("client error (Connect)" once, then
+            // "tcp connect error: Connection refused").
+            let top = other.to_string();
+            let mut parts = vec![
+                top.strip_prefix("ServiceError: ")
+                    .unwrap_or(&top)
+                    .to_string(),
+            ];
             let mut source = std::error::Error::source(other);
             while let Some(s) = source {
-                msg = format!("{msg}: {s}");
+                let text = s.to_string();
+                if !parts.last().is_some_and(|p| p.ends_with(&text)) {
+                    parts.push(text);
+                }
                 source = s.source();
             }
-            msg
+            parts.join(": ")
         }
     }
 }

@@ -1,0 +1,77 @@
+//! What an operator sees when an ADD or a DEL fails: the CNI error plumb returns (which the
+//! kubelet shows in the pod's `FailedCreatePodSandBox` event), plumb's log at `logLevel: error`,
+//! and plumb's own events on the pod. The built binary, the reference plugins in real network
+//! namespaces, and testkit's API stand-in, as in e2e_kubernetes.rs. Each test asserts the parts
+//! of the text an operator needs: the pod, the network, the interface, the cause, once each.
+//! Needs root.
+
+mod common;
+
+use std::fs;
+use std::process::Output;
+
+use common::cluster::{Cluster, NETWORKS};
+use common::err;
+use serde_json::{Value, json};
+use testkit::netns::Netns;
+
+/// A cluster whose plumb logs failures only (`logLevel: error`, to stderr), as an operator
+/// would first set it.
+fn cluster(net: u8) -> Cluster {
+    let c = Cluster::new(net);
+    let mut config = c.config.clone();
+    config["logLevel"] = json!("error");
+    Cluster { config, ..c }
+}
+
+/// The error's message, after asserting that plumb's log holds the same story as one line,
+/// naming the pod and the container.
+fn msg_and_log_line(out: &Output, command: &str, pod: &str, cid: &str) -> String {
+    let e: Value = err(out);
+    let msg = e["msg"].as_str().unwrap().to_string();
+    let log = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("[error]")).collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(
+        lines[0].contains(&format!("{command}: pod {pod} (container {cid}): "))
+            && lines[0].contains(&msg),
+        "{log}\n{e}"
+    );
+    msg
+}
+
+#[test]
+fn an_api_server_down_or_refusing_the_token_is_said_with_its_cause_once() {
+    let c = cluster(189);
+    let uid = c.pod("default", "api", json!({NETWORKS: "net-a"}));
+    let pod = ("default", "api", uid.as_str());
+    let ns = Netns::new();
+
+    c.api.set_down(true);
+    let out = c.call("ADD", &ns, pod, "capi1");
+    assert_eq!(err(&out)["code"], 11);
+    let msg = msg_and_log_line(&out, "ADD", "default/api", "capi1");
+    assert!(
+        msg.contains(&format!(
+            "Kubernetes API {}: get pod default/api: ",
+            c.api.url()
+        )) && msg.contains("Connection refused"),
+        "{msg}"
+    );
+    // Each layer of the cause once: not kube-rs's "ServiceError: client error (Connect):
+    // client error (Connect): tcp connect error: …".
+    assert!(!msg.contains("ServiceError"), "{msg}");
+    assert_eq!(msg.matches("client error (Connect)").count(), 1, "{msg}");
+    c.api.set_down(false);
+
+    // A token the API server refuses: its 401 said once, not "Unauthorized (401 Unauthorized)".
+    fs::write(&c.token_file, "not-a-token").unwrap();
+    let out = c.call("ADD", &ns, pod, "capi2");
+    assert_eq!(err(&out)["code"], 5);
+    let msg = msg_and_log_line(&out, "ADD", "default/api", "capi2");
+    assert!(
+        msg.ends_with("get pod default/api: 401 Unauthorized"),
+        "{msg}"
+    );
+    assert_eq!(ns.links(), ["lo"]);
+}
