@@ -466,7 +466,13 @@ impl Config {
     /// order), the result cache under `cniDir`.
     pub fn delegates_runner(&self, cni_path: &[PathBuf]) -> cni::runtime::CniConfig {
         let mut path = vec![self.bin_dir.clone()];
-        path.extend(cni_path.iter().cloned());
+        // Each directory once: the runtime's CNI_PATH is usually binDir itself
+        // (/opt/cni/bin), and a plugin not found is reported with the directories searched.
+        for dir in cni_path {
+            if !path.contains(dir) {
+                path.push(dir.clone());
+            }
+        }
         cni::runtime::CniConfig::new(path, cni::cache::ResultCache::new(self.cni_dir.clone()))
     }
 }

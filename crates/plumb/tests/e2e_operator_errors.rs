@@ -10,9 +10,10 @@ mod common;
 use std::fs;
 use std::process::Output;
 
-use common::cluster::{Cluster, NETWORKS};
+use common::cluster::{Cluster, NETWORKS, nad};
 use common::err;
 use serde_json::{Value, json};
+use testkit::kube_api::Resource;
 use testkit::netns::Netns;
 
 /// A cluster whose plumb logs failures only (`logLevel: error`, to stderr), as an operator
@@ -72,6 +73,43 @@ fn an_api_server_down_or_refusing_the_token_is_said_with_its_cause_once() {
     assert!(
         msg.ends_with("get pod default/api: 401 Unauthorized"),
         "{msg}"
+    );
+    assert_eq!(ns.links(), ["lo"]);
+}
+
+#[test]
+fn a_nad_whose_plugin_is_not_installed_names_it_and_each_directory_searched_once() {
+    let c = cluster(188);
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "default",
+            "noplugin",
+            json!({"cniVersion": "1.0.0", "type": "nosuchplugin"}),
+        ),
+    );
+    let uid = c.pod("default", "np", json!({NETWORKS: "noplugin"}));
+    let ns = Netns::new();
+    // The runtime's CNI_PATH is binDir, as containerd's default (/opt/cni/bin) is plumb's.
+    assert_eq!(c.config["binDir"], common::PLUGINS);
+    let out = c.call("ADD", &ns, ("default", "np", &uid), "cnp");
+    assert_eq!(err(&out)["code"], 7);
+    let msg = msg_and_log_line(&out, "ADD", "default/np", "cnp");
+    assert!(
+        msg.contains("(network default/noplugin, interface net1)")
+            && msg.ends_with(&format!(
+                "failed to find plugin \"nosuchplugin\" in path [{}]",
+                common::PLUGINS
+            )),
+        "{msg}"
+    );
+    assert!(
+        c.events_for("default", "np")
+            .iter()
+            .any(|e| e["reason"] == "AttachFailed"
+                && e["message"].as_str().unwrap().contains("nosuchplugin")),
+        "{:?}",
+        c.events_for("default", "np")
     );
     assert_eq!(ns.links(), ["lo"]);
 }
