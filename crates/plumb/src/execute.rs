@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use cni::error::{CniError, ErrorList};
+use cni::error::{CniError, ErrorCode, ErrorList};
 use cni::runtime::{CniConfig, RuntimeConf};
 use cni::{CniResult, NetworkConfigList};
 use netattach::device_info::DeviceInfo;
@@ -195,6 +195,35 @@ fn parse_recorded(config: &Value, a: &RecordedAttachment) -> Result<NetworkConfi
             a.network, a.ifname
         ))
     })
+}
+
+/// For a `default-route` the kernel refused: the first of `gateways` of a family (IPv4, IPv6)
+/// of which attachment `a`'s network gave its interface no address (`result`), said with the
+/// addresses it did give. Such a gateway is most often a typo of the family (an IPv6 gateway
+/// for an IPv4-only network), which the kernel reports only as "No route to host".
+fn gateway_of_a_family_not_given(
+    gateways: &[IpAddr],
+    result: &CniResult,
+    a: &Attachment,
+) -> Option<String> {
+    let gateway = gateways.iter().find(|g| {
+        !result
+            .ips
+            .iter()
+            .any(|ip| ip.address.addr.is_ipv4() == g.is_ipv4())
+    })?;
+    let family = if gateway.is_ipv4() { "IPv4" } else { "IPv6" };
+    let given: Vec<String> = result.ips.iter().map(|ip| ip.address.to_string()).collect();
+    Some(format!(
+        "{gateway} is an {family} gateway, and network {} gave {} no {family} address ({})",
+        a.network,
+        a.ifname,
+        if given.is_empty() {
+            "nor any other".to_string()
+        } else {
+            format!("only {}", given.join(", "))
+        }
+    ))
 }
 
 /// How an attachment is named in errors and logs.
@@ -419,7 +448,16 @@ impl Executor<'_> {
                 self.routes
                     .set_default_route(Path::new(&sandbox.netns), &a.ifname, gateways)
             {
-                let e = e.context(format!("default-route of network {}", a.network));
+                // The route error says "default-route: …" itself.
+                let mut e = e.context(format!("network {}", a.network));
+                // The kernel says only "No route to host" for a gateway of a family the
+                // interface has no address of: say what the network gave it.
+                if e.kind() == ErrorCode::InvalidConfig
+                    && let Some(got) = added.iter().find(|g| g.attachment.ifname == a.ifname)
+                    && let Some(hint) = gateway_of_a_family_not_given(gateways, &got.result, a)
+                {
+                    e = e.add_details(hint);
+                }
                 return Err(self.roll_back(sandbox, &record, n, None, e));
             }
         }

@@ -113,3 +113,43 @@ fn a_nad_whose_plugin_is_not_installed_names_it_and_each_directory_searched_once
     );
     assert_eq!(ns.links(), ["lo"]);
 }
+
+#[test]
+fn a_default_route_gateway_of_a_family_the_network_gave_no_address_of_says_so() {
+    let c = cluster(187);
+    // net-a gives net1 an IPv4 address only; the gateway asked for is IPv6.
+    let uid = c.pod(
+        "default",
+        "gw6",
+        json!({NETWORKS: json!([{"name": "net-a", "default-route": ["fd00::1"]}]).to_string()}),
+    );
+    let ns = Netns::new();
+    let out = c.call("ADD", &ns, ("default", "gw6", &uid), "cgw6");
+    let e = err(&out);
+    assert_eq!(e["code"], 7);
+    let msg = msg_and_log_line(&out, "ADD", "default/gw6", "cgw6");
+    // "default-route" once: not "default-route of network …: default-route: cannot add …".
+    assert!(
+        msg.contains(
+            "network default/net-a: default-route: cannot add default route via fd00::1 on net1"
+        ) && msg.matches("default-route").count() == 1,
+        "{msg}"
+    );
+    // The kernel's "No route to host" comes with what the network gave the interface.
+    let why = "fd00::1 is an IPv6 gateway, and network default/net-a gave net1 no IPv6 \
+               address (only 10.187.2.2/24)";
+    assert!(e["details"].as_str().unwrap().contains(why), "{e}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(why));
+    let events = c.events_for("default", "gw6");
+    assert!(
+        events
+            .iter()
+            .any(|ev| ev["reason"] == "AttachFailed"
+                && ev["message"].as_str().unwrap().contains(why)),
+        "{events:?}"
+    );
+    // Rolled back; the runtime's DEL that follows has nothing left to undo.
+    assert_eq!(c.node.left_to_undo("cgw6"), Vec::<String>::new());
+    common::ok(&c.call("DEL", &ns, ("default", "gw6", &uid), "cgw6"));
+    c.assert_nothing_left(&ns, "cgw6");
+}
