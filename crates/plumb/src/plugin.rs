@@ -363,10 +363,12 @@ impl Call {
             && &pod.uid != uid
             && !pod.is_static()
         {
+            // Not naming the pod: the call's error and log line start with it ("pod NS/NAME
+            // (container …): "), and the operator should read it once.
             return Err(CniError::new(
                 ErrorCode::UnknownContainer,
                 format!(
-                    "pod {pa} was recreated: the runtime asks for UID {uid} but the API server \
+                    "the pod was recreated: the runtime asks for UID {uid} but the API server \
                      has UID {}; not attaching the new pod's networks to the old sandbox",
                     pod.uid
                 ),
@@ -552,10 +554,11 @@ impl Plumb<'_> {
         wait_for_readiness(&call.config)?;
         let pod = call.pod(true)?;
         let t_pod = start.elapsed();
-        if let (Some(pa), None, Some(_)) = (&call.pod_args, &pod, call.cluster()) {
+        if let (Some(_), None, Some(_)) = (&call.pod_args, &pod, call.cluster()) {
+            // After "pod NS/NAME (container …): ", which ADD's error starts with.
             return Err(CniError::new(
                 ErrorCode::UnknownContainer,
-                format!("pod {pa} not found in the Kubernetes API; nothing was attached"),
+                "not found in the Kubernetes API; nothing was attached",
             ));
         }
         let devices = KubeletDevices::new(&call.kubelet);

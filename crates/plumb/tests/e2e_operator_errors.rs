@@ -153,3 +153,32 @@ fn a_default_route_gateway_of_a_family_the_network_gave_no_address_of_says_so() 
     common::ok(&c.call("DEL", &ns, ("default", "gw6", &uid), "cgw6"));
     c.assert_nothing_left(&ns, "cgw6");
 }
+
+#[test]
+fn a_pod_missing_or_recreated_is_named_once() {
+    let c = cluster(186);
+    let ns = Netns::new();
+    let out = c.call("ADD", &ns, ("default", "ghost", "u1"), "cghost");
+    assert_eq!(err(&out)["code"], 3);
+    let msg = msg_and_log_line(&out, "ADD", "default/ghost", "cghost");
+    assert_eq!(
+        msg,
+        "pod default/ghost (container cghost): not found in the Kubernetes API; nothing was \
+         attached"
+    );
+
+    // The sandbox of a pod deleted and created again under its name.
+    let uid = c.pod("default", "re", json!({NETWORKS: "net-a"}));
+    let out = c.call("ADD", &ns, ("default", "re", "old-uid"), "cre");
+    assert_eq!(err(&out)["code"], 3);
+    let msg = msg_and_log_line(&out, "ADD", "default/re", "cre");
+    assert!(
+        msg.starts_with(
+            "pod default/re (container cre): the pod was recreated: the runtime asks for UID \
+             old-uid but the API server has UID "
+        ) && msg.contains(&uid)
+            && msg.matches("default/re").count() == 1,
+        "{msg}"
+    );
+    assert_eq!(ns.links(), ["lo"]);
+}
