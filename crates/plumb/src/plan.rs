@@ -134,7 +134,10 @@ pub fn default_network_element(value: &str) -> Result<NetworkSelectionElement, S
                 .into(),
         );
     }
-    let mut elements = selection::parse(value).map_err(|e| e.detail())?;
+    // Not `selection::parse`: the spec's rules for the secondary attachments of the networks
+    // annotation do not apply to the default network (`ips` with `ipam-claim-reference`, both
+    // ignored here, is OVN-Kubernetes's request for a VM's address).
+    let mut elements = selection::parse_default_network(value).map_err(|e| e.detail())?;
     if elements.len() != 1 {
         return Err(format!(
             "it must name exactly one network, not {}",

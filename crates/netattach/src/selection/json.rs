@@ -31,6 +31,20 @@ const KNOWN_KEYS: &[&str] = &[
 
 /// Parses a JSON list annotation value.
 pub fn parse(value: &str) -> Result<Vec<NetworkSelectionElement>, SelectionError> {
+    parse_with(value, element)
+}
+
+/// Parses a JSON list of elements of Multus's `v1.multus-cni.io/default-network` annotation:
+/// every key's value is checked as in [`parse`], but not §4.1.2.1.11's rule against `ips` with
+/// `ipam-claim-reference` ([`element_values`]).
+pub fn parse_default_network(value: &str) -> Result<Vec<NetworkSelectionElement>, SelectionError> {
+    parse_with(value, element_values)
+}
+
+fn parse_with(
+    value: &str,
+    element: fn(usize, &Value) -> Result<NetworkSelectionElement, SelectionError>,
+) -> Result<Vec<NetworkSelectionElement>, SelectionError> {
     let parsed: Value = serde_json::from_str(value).map_err(|e| SelectionError::Malformed {
         reason: format!("not a valid JSON list: {e}"),
     })?;
@@ -50,6 +64,29 @@ pub fn parse(value: &str) -> Result<Vec<NetworkSelectionElement>, SelectionError
 
 /// Reads and checks one element at `position` (1-based).
 pub fn element(position: usize, value: &Value) -> Result<NetworkSelectionElement, SelectionError> {
+    let e = element_values(position, value)?;
+    if e.ipam_claim_reference.is_some() && !e.ips.is_empty() {
+        // §4.1.2.1.11: a static IP request and a claim reference are an error together.
+        return Err(SelectionError::element(
+            position,
+            Some(&e.name),
+            Some("ipam-claim-reference"),
+            "cannot be used together with \"ips\"",
+        ));
+    }
+    Ok(e)
+}
+
+/// One element at `position` with each key's value checked, but not the rule of §4.1.2.1.11
+/// that a secondary attachment may not have both `ips` and `ipam-claim-reference`. Multus's
+/// `v1.multus-cni.io/default-network` annotation, which the spec does not define, takes
+/// elements of this format for the cluster-wide default network, and OVN-Kubernetes asks for
+/// both there (a VM's address and the claim that keeps it, set by KubeVirt's ipam-extensions
+/// webhook); plumb gives the default network neither key, so the pair must not fail the pod.
+pub fn element_values(
+    position: usize,
+    value: &Value,
+) -> Result<NetworkSelectionElement, SelectionError> {
     let Value::Object(m) = value else {
         return Err(SelectionError::element(
             position,
@@ -149,13 +186,6 @@ pub fn element(position: usize, value: &Value) -> Result<NetworkSelectionElement
                 return Err(fail(
                     "ipam-claim-reference",
                     format!("{s:?} is not a valid IPAMClaim name: {why}"),
-                ));
-            }
-            if !ips.is_empty() {
-                // §4.1.2.1.11: a static IP request and a claim reference are an error together.
-                return Err(fail(
-                    "ipam-claim-reference",
-                    "cannot be used together with \"ips\"".into(),
                 ));
             }
             Some(s.to_string())

@@ -229,6 +229,22 @@ pub fn parse(value: &str) -> Result<Vec<NetworkSelectionElement>, SelectionError
     Ok(elements)
 }
 
+/// Parses the value of Multus's `v1.multus-cni.io/default-network` annotation, which takes this
+/// annotation's formats to name the cluster-wide default network: as [`parse`], without the
+/// rules the spec gives for the attachments of this annotation, across elements and
+/// §4.1.2.1.11's `ips` with `ipam-claim-reference` ([`json::element_values`]). The caller
+/// checks that it names one network.
+pub fn parse_default_network(value: &str) -> Result<Vec<NetworkSelectionElement>, SelectionError> {
+    if value.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    if is_json(value) {
+        json::parse_default_network(value)
+    } else {
+        comma::parse(value)
+    }
+}
+
 /// The rules that involve more than one element.
 fn check_across(elements: &[NetworkSelectionElement]) -> Result<(), SelectionError> {
     let mut default_route: Option<(usize, &str)> = None;

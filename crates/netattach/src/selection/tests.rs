@@ -658,3 +658,28 @@ proptest! {
         let _ = parse(&s);
     }
 }
+
+#[test]
+fn the_default_network_annotation_is_read_without_the_secondary_attachment_rules() {
+    // Multus's `v1.multus-cni.io/default-network` takes this format; §4.1.2.1.11 (no `ips` with
+    // `ipam-claim-reference`) is a rule for secondary attachments, and OVN-Kubernetes asks for
+    // both on the default network.
+    let v = r#"[{"name":"isolated-net","namespace":"myisolatedns","mac":"02:03:04:05:06:07","ipam-claim-reference":"myvm.isolated-net","ips":["10.0.0.5/24"]}]"#;
+    let got = parse_default_network(v).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        got[0].ipam_claim_reference.as_deref(),
+        Some("myvm.isolated-net")
+    );
+    assert_eq!(got[0].ips.len(), 1);
+    assert!(err(v).contains("cannot be used together with \"ips\""));
+    // Every key's own value is still checked, and the comma format is read as for `parse`.
+    let e = parse_default_network(r#"[{"name":"a","ips":["10.0.0.5/33"]}]"#).unwrap_err();
+    assert!(e.to_string().contains("key \"ips\""), "{e}");
+    let got = parse_default_network("kube-system/calico-conf").unwrap();
+    assert_eq!(
+        got[0].network_ref("x").to_string(),
+        "kube-system/calico-conf"
+    );
+    assert!(parse_default_network(" ").unwrap().is_empty());
+}

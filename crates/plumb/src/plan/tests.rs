@@ -351,6 +351,58 @@ fn an_ipam_claim_in_the_default_network_annotation_is_ignored_with_a_warning() {
 }
 
 #[test]
+fn a_default_network_annotation_with_ips_and_an_ipam_claim_is_planned_with_a_warning() {
+    // The annotation OVN-Kubernetes documents for a VM keeping its address on a primary UDN
+    // (KubeVirt's ipam-extensions webhook adds the claim). Multus runs this pod; multi-net spec
+    // §4.1.2.1.11 forbids the pair for a secondary attachment, but the default-network
+    // annotation is Multus's, and plumb gives the default network neither key: refusing the pod
+    // over two ignored keys would break it.
+    let fake = cluster().with_bridge_nad("kube-system", "alt");
+    let p = plan(
+        &config(json!({})),
+        Some(&pod(
+            "default",
+            &[(
+                DEFAULT_NETWORK_ANNOTATION,
+                r#"[{"name":"alt","mac":"02:03:04:05:06:07","ipam-claim-reference":"myvm.alt","ips":["10.0.0.5/24"]}]"#,
+            )],
+        )),
+        "eth0",
+        &fake,
+        None,
+    )
+    .unwrap();
+    assert_eq!(summary(&p), [s("kube-system/alt", "eth0", true)]);
+    assert!(
+        p.warnings.iter().any(|w| w.contains("\"ips\"")
+            && w.contains("\"ipam-claim-reference\"")
+            && w.contains("ignored")),
+        "{:?}",
+        p.warnings
+    );
+    // The same pair in the networks annotation is still refused (§4.1.2.1.11).
+    let fake = fake.with_bridge_nad("default", "net-a");
+    let e = plan(
+        &config(json!({})),
+        Some(&pod(
+            "default",
+            &[(
+                NETWORKS_ANNOTATION,
+                r#"[{"name":"net-a","ipam-claim-reference":"myvm.net-a","ips":["10.0.0.5/24"]}]"#,
+            )],
+        )),
+        "eth0",
+        &fake,
+        None,
+    )
+    .unwrap_err();
+    assert!(
+        e.msg.contains("cannot be used together with \"ips\""),
+        "{e}"
+    );
+}
+
+#[test]
 fn an_empty_default_network_annotation_is_refused_not_ignored() {
     // Multus fails the ADD of a pod whose default-network annotation names nothing; falling
     // back to the cluster network would attach the pod where it did not ask to be.
