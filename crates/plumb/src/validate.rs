@@ -62,7 +62,57 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Checks every NAD and pod among `objects`; other kinds are ignored.
+/// The kinds whose pods are made from `spec.template` (CronJob: its job template's), with the
+/// path to that template. Most pods are made by one of these, and their annotation is in the
+/// template: checking only `Pod` objects passed the manifests people deploy unchecked.
+const POD_TEMPLATES: &[(&str, &[&str])] = &[
+    ("Deployment", &["spec", "template"]),
+    ("StatefulSet", &["spec", "template"]),
+    ("DaemonSet", &["spec", "template"]),
+    ("ReplicaSet", &["spec", "template"]),
+    ("ReplicationController", &["spec", "template"]),
+    ("Job", &["spec", "template"]),
+    ("CronJob", &["spec", "jobTemplate", "spec", "template"]),
+];
+
+/// The pods to check among `objects`: each `Pod`, and for each kind of [`POD_TEMPLATES`] its
+/// template's metadata as a pod named and namespaced as the object that makes it (its pods are
+/// created in its namespace), shown as that object. A template without annotations selects no
+/// network: nothing to check.
+fn pods_of(objects: &[FileObject]) -> Vec<FileObject> {
+    let mut pods = Vec::new();
+    for o in objects {
+        if o.kind() == "Pod" {
+            pods.push(o.clone());
+            continue;
+        }
+        let Some((_, path)) = POD_TEMPLATES.iter().find(|(k, _)| *k == o.kind()) else {
+            continue;
+        };
+        let template = path.iter().fold(&o.value, |v, key| &v[*key]);
+        let annotations = &template["metadata"]["annotations"];
+        if annotations.is_null() {
+            continue;
+        }
+        let meta = &o.value["metadata"];
+        let mut value = serde_json::json!({
+            "kind": o.kind(),
+            "metadata": {"name": meta["name"], "annotations": annotations},
+        });
+        if !meta["namespace"].is_null() {
+            value["metadata"]["namespace"] = meta["namespace"].clone();
+        }
+        pods.push(FileObject {
+            file: o.file.clone(),
+            document: o.document,
+            value,
+        });
+    }
+    pods
+}
+
+/// Checks every NAD and pod among `objects`, pods made by a workload's template included; other
+/// kinds are ignored.
 pub fn validate(objects: &[FileObject]) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut nads: BTreeMap<String, NetworkAttachmentDefinition> = BTreeMap::new();
@@ -134,7 +184,7 @@ pub fn validate(objects: &[FileObject]) -> Vec<Problem> {
         }
     }
 
-    for o in objects.iter().filter(|o| o.kind() == "Pod") {
+    for o in &pods_of(objects) {
         let pod = match objects::pod_of(o) {
             Ok(p) => p,
             Err(e) => {
