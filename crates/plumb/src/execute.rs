@@ -359,6 +359,17 @@ impl Executor<'_> {
         pod: Option<&Pod>,
         attachments: &[Attachment],
     ) -> Result<Vec<Added>, CniError> {
+        let n = attachments.len();
+        // Every attachment's plugins are found before anything is done (DESIGN: validate
+        // before acting): a plugin not installed on the node for a later network fails the
+        // ADD with nothing attached, instead of after the networks before it were attached and
+        // then undone (a rollback that can fail in turn: macvlan's DEL of a master that is
+        // gone). A few `stat`s; `prepare_add` finds them again as it runs each.
+        for (i, a) in attachments.iter().enumerate() {
+            self.cni
+                .find_all(&a.list)
+                .map_err(|e| e.context(describe(&a.network, &a.ifname, i, n)))?;
+        }
         if self.records.load(&sandbox.container_id)?.is_some() {
             self.del(sandbox, &sandbox.netns).map_err(|e| {
                 e.context("undoing the earlier ADD of this sandbox, whose record is still there")
@@ -382,8 +393,7 @@ impl Executor<'_> {
         // one plans from the API, which may no longer know the pod). So when the first
         // attachment has one to copy, the record is put in place before it, its fsyncs not
         // overlapping the delegate's start-up; later attachments' copies are made once the
-        // first delegate has taken the record's write. (Should the first attachment's plugin
-        // be missing too, only the record's failure is reported, the plugin's at the retry.)
+        // first delegate has taken the record's write.
         if attachments
             .first()
             .and_then(|a| a.device.as_ref())
@@ -391,7 +401,6 @@ impl Executor<'_> {
         {
             pending.settle().map_err(|u| u.error)?;
         }
-        let n = attachments.len();
         let mut added = Vec::with_capacity(n);
         for (i, a) in attachments.iter().enumerate() {
             let r = &record.attachments[i];
@@ -1035,6 +1044,45 @@ mod tests {
     }
 
     #[test]
+    fn a_plugin_not_installed_for_a_later_network_fails_add_before_any_delegate_acts() {
+        // The default network's plugin is there, the second network's is not: found out before
+        // the first ran, there is nothing to attach and then undo (a rollback can fail too).
+        let d = tempfile::tempdir().unwrap();
+        let bin = d.path().join("bin");
+        let fake = testkit::fake_plugin::FakePlugin::install(&bin, "fake");
+        let cni = CniConfig::new(vec![bin.clone()], ResultCache::new(d.path().join("cache")));
+        let records = RecordStore::new(d.path().join("state"));
+        let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
+        let sandbox = Sandbox {
+            container_id: "c-missing".into(),
+            netns: "/var/run/netns/x".into(),
+            ..Sandbox::default()
+        };
+        let e = executor(&cni, &records, &dirs)
+            .add(
+                &sandbox,
+                None,
+                &[
+                    attachment("net-a", "eth0", "fake"),
+                    attachment("net-b", "net1", "not-installed"),
+                ],
+            )
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorCode::InvalidConfig, "{e}");
+        assert!(
+            e.msg
+                .contains("attachment 2 of 2 (network net-b, interface net1)")
+                && e.msg.contains(&format!(
+                    "failed to find plugin \"not-installed\" in path [{}]",
+                    bin.display()
+                )),
+            "{e}"
+        );
+        assert!(fake.calls().is_empty(), "{:?}", fake.calls());
+        assert!(!records.path("c-missing").unwrap().exists());
+    }
+
+    #[test]
     fn a_record_that_cannot_be_put_in_place_fails_add_before_any_delegate_acts() {
         // Whether the first attachment has a device-info file to make (the record is then put
         // in place before it) or not (the record's write is then held by its first delegate).
@@ -1238,10 +1286,20 @@ mod tests {
     struct MissingAndNoStateDir {
         state_dir: PathBuf,
         gate: Mutex<Option<StdinGate>>,
+        looked_up: std::sync::atomic::AtomicUsize,
     }
 
     impl Exec for MissingAndNoStateDir {
         fn find_in_path(&self, plugin_type: &str, _: &[PathBuf]) -> Result<PathBuf, CniError> {
+            // Found by ADD's check of every plugin, gone when its attachment runs (the node's
+            // plugins upgraded in between).
+            if self
+                .looked_up
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                == 0
+            {
+                return Ok(PathBuf::from(plugin_type));
+            }
             let _ = std::fs::remove_dir_all(&self.state_dir);
             Err(CniError::new(
                 cni::ErrorCode::InvalidConfig,
@@ -1265,14 +1323,15 @@ mod tests {
 
     #[test]
     fn an_add_that_fails_keeps_its_error_when_the_record_cannot_be_written_either() {
-        // The first attachment fails before its delegate starts (its plugin is not installed),
-        // and the record cannot be put in place: the operator must see why the attachment
-        // failed, with the record's problem beside it, not only the record's.
+        // The first attachment fails before its delegate starts (its plugin removed since ADD
+        // found it), and the record cannot be put in place: the operator must see why the
+        // attachment failed, with the record's problem beside it, not only the record's.
         let d = tempfile::tempdir().unwrap();
         let state_dir = d.path().join("state");
         let exec = MissingAndNoStateDir {
             state_dir: state_dir.clone(),
             gate: Mutex::new(None),
+            looked_up: Default::default(),
         };
         let cni = runner(d.path(), exec);
         let records = RecordStore::new(&state_dir);

@@ -733,9 +733,9 @@ fn the_record_is_in_place_before_the_first_delegate_reads_its_configuration() {
 
 #[test]
 fn a_first_delegate_that_cannot_start_leaves_nothing_to_undo() {
-    // Nothing of the first attachment ran (its plugin is looked for before anything runs), so
-    // the rollback has nothing to undo and the record names nothing: a rollback DEL of a plugin
-    // that cannot be found would fail, and keep it, and fail every later DEL of the pod.
+    // Nothing ran (every attachment's plugins are looked for before anything runs), so there is
+    // nothing to undo and no record: a rollback DEL of a plugin that cannot be found would
+    // fail, and keep it, and fail every later DEL of the pod.
     use testkit::fake_plugin::{FakePlugin, sequence};
     let node = Node::new();
     let bin = node.path("bin");
@@ -753,13 +753,11 @@ fn a_first_delegate_that_cannot_start_leaves_nothing_to_undo() {
     assert!(node.left_to_undo("c-nostart").is_empty());
     assert_eq!(
         state_files(&node),
-        ["c-nostart.json", "c-nostart.lock"],
-        "only the record, naming nothing, and the container's lock"
+        ["c-nostart.lock"],
+        "no record (nothing was begun), only the container's lock"
     );
-    // Without the record (lost, or a pod added before plumb), DEL plans the same networks: the
-    // one that cannot run is skipped, with a log line, rather than failing the sandbox's
-    // removal forever.
-    fs::remove_file(node.record("c-nostart")).unwrap();
+    // Without a record, DEL plans the same networks: the one that cannot run is skipped, with
+    // a log line, rather than failing the sandbox's removal forever.
     let del = call("DEL");
     let stderr = String::from_utf8_lossy(&del.stderr).to_string();
     ok(&del);
@@ -982,20 +980,21 @@ fn a_plugin_that_ran_but_cannot_start_at_del_fails_del_and_keeps_the_record() {
 
 #[test]
 fn a_failed_rollback_keeps_only_what_is_left_to_undo() {
-    // net-b fails ADD, and its rollback DEL fails once; net-c (whose plugin is not installed)
-    // was never reached. The record keeps net-b alone: the runtime's DEL neither stumbles on
-    // net-c forever nor repeats net-a's DEL.
+    // net-b fails ADD, and its rollback DEL fails once; net-c was never reached. The record
+    // keeps net-b alone: the runtime's DEL neither runs net-c, which never ran, nor repeats
+    // net-a's DEL.
     use testkit::fake_plugin::{FakePlugin, sequence};
     let node = Node::new();
     let bin = node.path("bin");
     let a = FakePlugin::install(&bin, "fake-a");
     let b = FakePlugin::install(&bin, "fake-b");
+    let c = FakePlugin::install(&bin, "fake-c");
     b.fail("ADD", 11, "try later");
     b.fail("DEL", 11, "transient DEL failure");
     let config = node.config(json!({"binDir": bin, "delegates": [
         {"cniVersion": "1.0.0", "name": "net-a", "type": "fake-a"},
         {"cniVersion": "1.0.0", "name": "net-b", "type": "fake-b"},
-        {"cniVersion": "1.0.0", "name": "net-c", "type": "no-such-plugin"}]}));
+        {"cniVersion": "1.0.0", "name": "net-c", "type": "fake-c"}]}));
     let call = |command| fake_call(&config, command, "c-kept");
     let e = err(&call("ADD"));
     // The delegate's own message and the rollback's both reach the runtime.
@@ -1028,6 +1027,7 @@ fn a_failed_rollback_keeps_only_what_is_left_to_undo() {
             ("fake-b".into(), "DEL".into()),
         ]
     );
+    assert!(c.calls().is_empty(), "net-c was never reached");
 }
 
 #[test]
