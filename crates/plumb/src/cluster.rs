@@ -1073,7 +1073,23 @@ impl Cluster for KubeCluster {
         };
         // The answer is the written pod: one about another pod means the write went elsewhere,
         // or nowhere (checked as for the GETs).
-        answers_for(&what, name_of(&written), (&pod.namespace, &pod.name))
+        answers_for(&what, name_of(&written), (&pod.namespace, &pod.name))?;
+        // Another pod of the same name too: the write carried this sandbox's UID (a
+        // precondition), so an answer with another one (or none) was not this write's, and
+        // the pod may run without its network-status while ADD reported success.
+        let uid = written["metadata"]["uid"].as_str().unwrap_or_default();
+        if checks_uid(pod) && uid != pod.uid {
+            return Err(CniError::new(
+                ErrorCode::Io,
+                format!(
+                    "Kubernetes API: {what}: the answer is about a pod with UID {:?}, not this \
+                     sandbox's {}",
+                    shortened(uid.to_string(), MAX_NAME),
+                    pod.uid
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn event(&self, pod: &Pod, kind: &str, reason: &str, message: &str) -> Result<(), CniError> {
@@ -1834,6 +1850,47 @@ mod tests {
         let e = c.set_network_status(&pod, "[]").unwrap_err();
         assert!(e.msg.contains("set network-status of pod default/p"), "{e}");
         assert!(e.msg.contains("default/someone-else"), "{e}");
+        c.set_network_status(&pod, "[]").unwrap();
+    }
+
+    #[test]
+    fn a_status_write_answered_for_another_uid_is_refused() {
+        // The answer names the pod but carries another UID (or none): not the answer to a
+        // write made on the condition of this sandbox's UID, so the status may never have been
+        // written. Accepted, the pod ran without its network-status while ADD succeeded. By
+        // PATCH, and by update (the PATCH forbidden, as under Multus's RBAC).
+        let (api, _dir, c) = cluster(Duration::from_secs(5));
+        let pod = c.pod("default", "p", false).unwrap().unwrap();
+        let path = "/api/v1/namespaces/default/pods/p/status";
+        for (other_uid, forbidden) in [
+            (json!("u-2"), false),
+            (json!(null), false),
+            (json!("u-2"), true),
+        ] {
+            let mut answer = api.get(Resource::Pods, "default", "p").unwrap();
+            answer["metadata"]["uid"] = other_uid;
+            if forbidden {
+                api.add_fault(
+                    Fault::new(FaultKind::Status(403, "Forbidden".into()))
+                        .method("PATCH")
+                        .path(path)
+                        .times(1),
+                );
+            }
+            api.add_fault(
+                Fault::new(FaultKind::Body(200, answer.to_string()))
+                    .method(if forbidden { "PUT" } else { "PATCH" })
+                    .path(path)
+                    .times(1),
+            );
+            let e = c.set_network_status(&pod, "[]").unwrap_err();
+            assert_eq!(e.kind(), ErrorCode::Io, "{e}");
+            assert!(
+                e.msg.contains("set network-status of pod default/p")
+                    && e.msg.contains(&format!("not this sandbox's {}", pod.uid)),
+                "{e}"
+            );
+        }
         c.set_network_status(&pod, "[]").unwrap();
     }
 
