@@ -614,7 +614,14 @@ impl Plumb<'_> {
                         a.attachment.network
                     );
                     if let Err(e) = cluster.event(pod, "Normal", "AddedInterface", &msg) {
-                        call.log.error(&format!("could not record an event: {e}"));
+                        // Best effort, and the pod is up already: an API server that did not
+                        // take one event (each try waits up to 5 s for an answer) is not given
+                        // the others, which held the ADD 5 s per attachment.
+                        call.log.error(&format!(
+                            "could not record an event: {e}; the pod's other AddedInterface \
+                             events are not sent"
+                        ));
+                        break;
                     }
                 }
             }

@@ -506,6 +506,38 @@ fn attachment_events_and_the_readiness_indicator() {
 }
 
 #[test]
+fn an_events_endpoint_that_does_not_answer_holds_the_add_once_not_per_attachment() {
+    // Events are best effort: the API server not answering their POSTs (each try waits 5 s)
+    // must not hold the ADD of a pod on three networks for each of its AddedInterface events
+    // (15 s, the whole API budget with six networks). The first one is waited for, no other.
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(194);
+    let mut config = c.config.clone();
+    config["plumbAttachmentEvents"] = json!(true);
+    let c = Cluster { config, ..c };
+    let uid = c.pod(
+        "default",
+        "quiet",
+        json!({NETWORKS: "net-a,other-ns/net-b@mv1"}),
+    );
+    c.api.add_fault(
+        Fault::new(FaultKind::Latency(std::time::Duration::from_secs(20)))
+            .method("POST")
+            .path("/api/v1/namespaces/default/events"),
+    );
+    let ns = Netns::new();
+    let pod = ("default", "quiet", uid.as_str());
+    let started = std::time::Instant::now();
+    ok(&c.call("ADD", &ns, pod, "cquiet"));
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(9), "{took:?}");
+    assert_eq!(ns.links(), ["lo", "eth0", "net1", "mv1"]);
+    assert_eq!(c.status_of("default", "quiet").map(|s| s.len()), Some(3));
+    ok(&c.call("DEL", &ns, pod, "cquiet"));
+    c.assert_nothing_left(&ns, "cquiet");
+}
+
+#[test]
 fn del_without_a_record_plans_from_the_api() {
     let c = Cluster::new(218);
     let uid = c.pod("default", "norec", json!({NETWORKS: "net-a"}));
