@@ -383,8 +383,23 @@ impl Call {
         ifname: &str,
         devices: Option<&dyn Devices>,
     ) -> Result<Plan, CniError> {
-        let networks = self.prefetched(pod, self.networks()?)?;
-        let plan = plan::plan(&self.config, pod, ifname, &*networks, devices)?;
+        self.plan_from(&*self.pod_networks(pod)?, pod, ifname, devices)
+    }
+
+    /// The networks `pod`'s plan is made from, its NADs fetched now ([`Call::prefetched`]).
+    fn pod_networks(&self, pod: Option<&Pod>) -> Result<Box<dyn plan::Networks + '_>, CniError> {
+        self.prefetched(pod, self.networks()?)
+    }
+
+    /// [`Call::plan`] from `networks`.
+    fn plan_from(
+        &self,
+        networks: &dyn plan::Networks,
+        pod: Option<&Pod>,
+        ifname: &str,
+        devices: Option<&dyn Devices>,
+    ) -> Result<Plan, CniError> {
+        let plan = plan::plan(&self.config, pod, ifname, networks, devices)?;
         for w in &plan.warnings {
             self.log.verbose(w);
         }
@@ -734,16 +749,20 @@ impl Plumb<'_> {
         // With the pod's devices if the kubelet still has them (host-device needs its device
         // to DEL); else without, and a failed DEL of such an attachment is only logged.
         let devices = KubeletDevices::new(&call.kubelet);
-        let planned = call
-            .plan(pod.as_ref(), &args.ifname, Some(&devices))
-            .or_else(|e| {
-                call.log.verbose(&format!(
-                    "{}: no attachment record, and the pod's networks cannot be planned with \
-                     their devices ({e}): planning DEL without devices",
-                    who(&call.pod_args, &args.container_id)
-                ));
-                call.plan(pod.as_ref(), &args.ifname, None)
-            });
+        // The pod's NADs fetched once for both plans: planning again without devices asked the
+        // API again for NADs whose GETs had just failed, and a DEL after an ADD that failed on
+        // a NAD the API would not give waited twice for it (up to the whole API budget).
+        let planned = call.pod_networks(pod.as_ref()).and_then(|networks| {
+            call.plan_from(&*networks, pod.as_ref(), &args.ifname, Some(&devices))
+                .or_else(|e| {
+                    call.log.verbose(&format!(
+                        "{}: no attachment record, and the pod's networks cannot be planned \
+                         with their devices ({e}): planning DEL without devices",
+                        who(&call.pod_args, &args.container_id)
+                    ));
+                    call.plan_from(&*networks, pod.as_ref(), &args.ifname, None)
+                })
+        });
         let plan = match planned {
             Ok(p) => p,
             // The same error failed ADD before anything ran: there is nothing to undo.

@@ -538,6 +538,47 @@ fn an_events_endpoint_that_does_not_answer_holds_the_add_once_not_per_attachment
 }
 
 #[test]
+fn a_del_after_an_add_failed_on_a_nad_asks_for_it_once() {
+    // The API keeps failing the GET of a NAD the pod selects: ADD fails before anything is
+    // attached, and the runtime's DEL, with no record, plans from the API. Its retries of that
+    // GET are made once, not again to plan without devices (which doubled the DEL's time, up
+    // to the whole API budget when the API does not answer).
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(193);
+    let uid = c.pod("default", "nonad", json!({NETWORKS: "net-a"}));
+    let path = "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/net-a";
+    c.api.add_fault(
+        Fault::new(FaultKind::Status(500, "InternalError".into()))
+            .method("GET")
+            .path(path),
+    );
+    let gets = |c: &Cluster| {
+        c.api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == path)
+            .count()
+    };
+    let ns = Netns::new();
+    let pod = ("default", "nonad", uid.as_str());
+    let e = err(&c.call("ADD", &ns, pod, "cnonad"));
+    assert_eq!(e["code"], 11, "{e}");
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("get network-attachment-definition default/net-a"),
+        "{e}"
+    );
+    let by_add = gets(&c);
+    assert!(by_add > 1, "the GET was not retried: {by_add}");
+    c.api.clear_requests();
+    ok(&c.call("DEL", &ns, pod, "cnonad"));
+    assert_eq!(gets(&c), by_add, "the DEL's GETs of the NAD");
+    c.assert_nothing_left(&ns, "cnonad");
+}
+
+#[test]
 fn del_without_a_record_plans_from_the_api() {
     let c = Cluster::new(218);
     let uid = c.pod("default", "norec", json!({NETWORKS: "net-a"}));
