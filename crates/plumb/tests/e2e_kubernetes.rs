@@ -538,6 +538,137 @@ fn an_events_endpoint_that_does_not_answer_holds_the_add_once_not_per_attachment
 }
 
 #[test]
+fn an_api_failing_one_request_for_good_fails_the_add_cleanly_and_its_del_needs_no_api() {
+    // An API server, or a proxy in front of it, that keeps refusing one request of an ADD or
+    // answering it with another object than the one asked for (another name, namespace or
+    // UID) or with no object at all: whichever request it is (the pod's GET, a NAD's, the
+    // status PATCH), the ADD fails with an error naming that request and leaves nothing (no
+    // interface, address, record to undo or result cache entry), its CHECK says so, and the
+    // runtime's DEL, sent twice, succeeds. The events endpoint failing fails no ADD.
+    use testkit::kube_api::{Fault, FaultKind};
+    let c = Cluster::new(192);
+    let mut config = c.config.clone();
+    config["plumbAttachmentEvents"] = json!(true);
+    let c = Cluster { config, ..c };
+    let nad_path =
+        "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/net-a";
+    let pod_json = |name: &str, uid: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"namespace": "default", "name": name, "uid": uid,
+                            "annotations": {NETWORKS: "net-a"}},
+               "spec": {"containers": [{"name": "c", "image": "x"}]}})
+        .to_string()
+    };
+    let other_nad = nad(
+        "elsewhere",
+        "net-a",
+        json!({"cniVersion": "1.0.0", "type": "bridge"}),
+    );
+    let refused = || FaultKind::Status(422, "Invalid".into());
+    let garbage = || FaultKind::Body(200, "<html>not an object</html>".into());
+    // (pod, method, path, fault, what the error says)
+    let mut rounds: Vec<(String, &str, String, FaultKind, String)> = Vec::new();
+    for i in 0..4 {
+        let name = format!("failing{i}");
+        let (kind_pod, kind_nad, kind_patch) = match i {
+            0 => (refused(), refused(), refused()),
+            1 => (
+                FaultKind::Body(200, pod_json("someone-else", "u-2")),
+                FaultKind::Body(200, other_nad.to_string()),
+                FaultKind::Body(200, pod_json("someone-else", "u-2")),
+            ),
+            2 => (garbage(), garbage(), garbage()),
+            // The pod's name with another UID: the pod was recreated (code 3), or the status
+            // write's answer is not about this sandbox's pod. A NAD's UID is nobody's.
+            _ => (
+                FaultKind::Body(200, pod_json(&name, "u-2")),
+                refused(),
+                FaultKind::Body(200, pod_json(&format!("{name}-status"), "u-2")),
+            ),
+        };
+        let get_pod_said = if i == 3 {
+            format!("pod default/{name} was recreated")
+        } else {
+            format!("get pod default/{name}")
+        };
+        rounds.push((
+            name.clone(),
+            "GET",
+            format!("/api/v1/namespaces/default/pods/{name}"),
+            kind_pod,
+            get_pod_said,
+        ));
+        rounds.push((
+            format!("{name}-nad"),
+            "GET",
+            nad_path.to_string(),
+            kind_nad,
+            "get network-attachment-definition default/net-a".to_string(),
+        ));
+        rounds.push((
+            format!("{name}-status"),
+            "PATCH",
+            format!("/api/v1/namespaces/default/pods/{name}-status/status"),
+            kind_patch,
+            format!("set network-status of pod default/{name}-status"),
+        ));
+    }
+    for (i, (name, method, path, fault, said)) in rounds.into_iter().enumerate() {
+        let cid = format!("cfail{i}");
+        let when = format!("{fault:?} on {method} {path}");
+        let uid = c.pod("default", &name, json!({NETWORKS: "net-a"}));
+        c.api.clear_faults();
+        c.api
+            .add_fault(Fault::new(fault).method(method).path(&path));
+        let ns = Netns::new();
+        let pod = ("default", name.as_str(), uid.as_str());
+        let e = err(&c.call("ADD", &ns, pod, &cid));
+        let msg = e["msg"].as_str().unwrap();
+        assert!(msg.contains(&said), "{when}: {e}");
+        assert!(e["code"] == 5 || e["code"] == 3, "{when}: {e}");
+        assert_eq!(ns.links(), ["lo"], "{when}");
+        assert_eq!(c.node.all_allocations(), 0, "{when}");
+        assert!(c.node.left_to_undo(&cid).is_empty(), "{when}");
+        assert!(c.node.cache_entries().is_empty(), "{when}");
+        assert_eq!(err(&c.call("CHECK", &ns, pod, &cid))["code"], 3, "{when}");
+        for _ in 0..2 {
+            ok(&c.call("DEL", &ns, pod, &cid));
+            c.assert_nothing_left(&ns, &cid);
+        }
+    }
+    for (i, fault) in [
+        FaultKind::Status(500, "InternalError".into()),
+        FaultKind::TooManyRequests(60),
+        FaultKind::Disconnect,
+        garbage(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (name, cid) = (format!("noevents{i}"), format!("cnoev{i}"));
+        let when = format!("{fault:?} on POST events");
+        let uid = c.pod("default", &name, json!({NETWORKS: "net-a"}));
+        c.api.clear_faults();
+        c.api.add_fault(
+            Fault::new(fault)
+                .method("POST")
+                .path("/api/v1/namespaces/default/events"),
+        );
+        let ns = Netns::new();
+        let pod = ("default", name.as_str(), uid.as_str());
+        ok(&c.call("ADD", &ns, pod, &cid));
+        assert_eq!(ns.links(), ["lo", "eth0", "net1"], "{when}");
+        assert_eq!(
+            c.status_of("default", &name).map(|s| s.len()),
+            Some(2),
+            "{when}"
+        );
+        ok(&c.call("DEL", &ns, pod, &cid));
+        c.assert_nothing_left(&ns, &cid);
+    }
+}
+
+#[test]
 fn a_del_after_an_add_failed_on_a_nad_asks_for_it_once() {
     // The API keeps failing the GET of a NAD the pod selects: ADD fails before anything is
     // attached, and the runtime's DEL, with no record, plans from the API. Its retries of that
