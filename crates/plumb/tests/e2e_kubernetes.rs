@@ -587,7 +587,7 @@ fn an_api_failing_one_request_for_good_fails_the_add_cleanly_and_its_del_needs_n
             ),
         };
         let get_pod_said = if i == 3 {
-            format!("pod default/{name} was recreated")
+            "the pod was recreated".to_string()
         } else {
             format!("get pod default/{name}")
         };
@@ -625,6 +625,11 @@ fn an_api_failing_one_request_for_good_fails_the_add_cleanly_and_its_del_needs_n
         let e = err(&c.call("ADD", &ns, pod, &cid));
         let msg = e["msg"].as_str().unwrap();
         assert!(msg.contains(&said), "{when}: {e}");
+        // Named once, by the call: "pod NS/NAME (container ID): …".
+        assert!(
+            msg.starts_with(&format!("pod default/{name} (container {cid}): ")),
+            "{when}: {e}"
+        );
         assert!(e["code"] == 5 || e["code"] == 3, "{when}: {e}");
         assert_eq!(ns.links(), ["lo"], "{when}");
         assert_eq!(c.node.all_allocations(), 0, "{when}");
