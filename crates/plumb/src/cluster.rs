@@ -34,7 +34,8 @@ use serde_json::{Value, json};
 use crate::plan::Pod;
 
 mod client_stack;
-mod exec_credential;
+/// Public for the fuzz target `plumb_exec_credential` (its parser of the plugin's answer).
+pub mod exec_credential;
 mod sources;
 
 use sources::Sources;

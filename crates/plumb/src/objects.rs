@@ -71,14 +71,21 @@ pub fn read_file(file: &Path) -> Result<Vec<FileObject>, CniError> {
     };
     let bytes = cni::files::read_bounded(file, MAX_OBJECT_FILE).map_err(|e| io_error(&e))?;
     let text = String::from_utf8(bytes).map_err(|e| io_error(&e))?;
+    parse(file, &text)
+}
+
+/// Every object in `text`, the contents of `file`, which names it in errors and, by its
+/// extension, says whether it is JSON (`.json`) or YAML (anything else). Empty documents are
+/// skipped; `List` objects are unpacked.
+pub fn parse(file: &Path, text: &str) -> Result<Vec<FileObject>, CniError> {
     let mut out = Vec::new();
     let docs: Vec<Value> = if file.extension().is_some_and(|e| e == "json") {
         vec![
-            serde_json::from_str(&text)
+            serde_json::from_str(text)
                 .map_err(|e| invalid(format!("{}: invalid JSON: {e}", file.display())))?,
         ]
     } else {
-        serde_norway::Deserializer::from_str(&text)
+        serde_norway::Deserializer::from_str(text)
             .map(|doc| {
                 Value::deserialize(doc)
                     .map_err(|e| invalid(format!("{}: invalid YAML: {e}", file.display())))

@@ -166,8 +166,9 @@ fn quoted(stderr: &[u8]) -> String {
 }
 
 /// The credential of the plugin's answer, which must be an `ExecCredential` of `api_version`
-/// holding a token or a certificate and its key (as client-go requires).
-fn credential(stdout: &[u8], api_version: &str) -> Result<Credential, String> {
+/// holding a token or a certificate and its key (as client-go requires). Public for the fuzz
+/// target `plumb_exec_credential`: the plugin's output is untrusted input.
+pub fn credential(stdout: &[u8], api_version: &str) -> Result<Credential, String> {
     // YAML, which covers JSON: client-go's decoder takes both, and some plugins answer in YAML
     // (`aws eks get-token` with the AWS CLI's output set to yaml).
     let answer: Answer = std::str::from_utf8(stdout)
