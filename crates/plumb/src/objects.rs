@@ -3,6 +3,7 @@
 //! read with the same rules as from the API. A directory of NADs is a [`Networks`] store, so the
 //! planner cannot tell it from the API server.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use cni::NetworkConfigList;
 use cni::error::{CniError, ErrorCode};
 use netattach::{NetworkAttachmentDefinition, NetworkRef};
 use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::plan::{Networks, Pod};
@@ -85,9 +87,11 @@ pub fn parse(file: &Path, text: &str) -> Result<Vec<FileObject>, CniError> {
                 .map_err(|e| invalid(format!("{}: invalid JSON: {e}", file.display())))?,
         ]
     } else {
+        let left = Cell::new(yaml_budget(text.len()));
         serde_norway::Deserializer::from_str(text)
             .map(|doc| {
-                Value::deserialize(doc)
+                Bounded { left: &left }
+                    .deserialize(doc)
                     .map_err(|e| invalid(format!("{}: invalid YAML: {e}", file.display())))
             })
             .collect::<Result<_, _>>()?
@@ -119,6 +123,139 @@ pub fn parse(file: &Path, text: &str) -> Result<Vec<FileObject>, CniError> {
         }
     }
     Ok(out)
+}
+
+/// How much the YAML of a file `len` bytes long may unfold to, counting each node and each byte
+/// of text (keys included): 4 times its length, and 1 MiB more. Without aliases a document
+/// holds less than its length; an alias (`*name`) repeats the whole of its anchor, and
+/// serde_norway bounds how many aliases are followed (100 per event of the file), not what they
+/// repeat: 100 KB of one anchor of 20,000 items and 20,000 aliases to it made 400 million
+/// values, and `plumb validate` (or an ADD reading `plumbNadDir`) ran out of memory. The
+/// API server refuses such repetition too (go-yaml's "excessive aliasing").
+fn yaml_budget(len: usize) -> usize {
+    len.saturating_mul(4).saturating_add(1 << 20)
+}
+
+/// A JSON value read from YAML, charging what it holds to `left` (see [`yaml_budget`]): the
+/// same value serde_json's own `Deserialize` makes, refused once `left` is spent.
+struct Bounded<'a> {
+    left: &'a Cell<usize>,
+}
+
+impl Bounded<'_> {
+    fn charge<E: de::Error>(&self, units: usize) -> Result<(), E> {
+        match self.left.get().checked_sub(units) {
+            Some(left) => {
+                self.left.set(left);
+                Ok(())
+            }
+            None => Err(E::custom(
+                "its aliases (*name) repeat more than the file can hold (4 times its size, and \
+                 1 MiB more, counting each value and each byte of text): a \"billion laughs\"?",
+            )),
+        }
+    }
+
+    fn reborrow(&self) -> Bounded<'_> {
+        Bounded { left: self.left }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Bounded<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// A map key, charged for its text.
+struct BoundedKey<'a>(Bounded<'a>);
+
+impl<'de> DeserializeSeed<'de> for BoundedKey<'_> {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        let key = String::deserialize(d)?;
+        self.0.charge(key.len())?;
+        Ok(key)
+    }
+}
+
+impl<'de> Visitor<'de> for Bounded<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        self.charge(1)?;
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        self.charge(1)?;
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        self.charge(1)?;
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Value, E> {
+        self.charge(1)?;
+        serde_json::Number::deserialize(de::value::I128Deserializer::<E>::new(v)).map(Value::Number)
+    }
+
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Value, E> {
+        self.charge(1)?;
+        serde_json::Number::deserialize(de::value::U128Deserializer::<E>::new(v)).map(Value::Number)
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        self.charge(1)?;
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        self.charge(v.len().saturating_add(1))?;
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        self.charge(1)?;
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        self.deserialize(d)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        self.charge(1)?;
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.charge(1)?;
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(self.reborrow())? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.charge(1)?;
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key_seed(BoundedKey(self.reborrow()))? {
+            let value = map.next_value_seed(self.reborrow())?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 /// Every object in the files `paths` name, directories read one level deep (their `.yaml`,
@@ -366,6 +503,64 @@ mod tests {
             "{e}"
         );
         assert_eq!(e.code, 7);
+    }
+
+    #[test]
+    fn yaml_aliases_repeating_more_than_the_file_holds_are_refused_naming_the_file() {
+        // One anchor of 1,500 items and 1,500 aliases to it: 11 KB that unfolded to 2.25
+        // million values (100 KB of the same ran `plumb validate` out of memory).
+        // serde_norway's own limit (100 alias jumps per event) lets it through.
+        let n = 1500;
+        let quadratic = format!(
+            "kind: NetworkAttachmentDefinition\nmetadata: {{name: q}}\nx: &a [{}]\ny: [{}]\n",
+            vec!["x"; n].join(","),
+            vec!["*a"; n].join(",")
+        );
+        // The classic: 9 levels of 9 aliases, refused by serde_norway's limit already.
+        let mut laughs = String::from("kind: Pod\nmetadata: {name: lol}\nl0: &l0 [lol,lol]\n");
+        for i in 1..10 {
+            laughs += &format!(
+                "l{i}: &l{i} [{}]\n",
+                vec![format!("*l{}", i - 1); 9].join(",")
+            );
+        }
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("laughs.yaml");
+        for (text, why) in [
+            (quadratic, "a \"billion laughs\"?"),
+            (laughs, "repetition limit exceeded"),
+        ] {
+            std::fs::write(&f, &text).unwrap();
+            let e = read_file(&f).unwrap_err();
+            assert_eq!(e.code, 7, "{e}");
+            assert!(
+                e.msg.contains("laughs.yaml: invalid YAML") && e.msg.contains(why),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn yaml_with_a_few_aliases_reads_as_before() {
+        // What the bounded reader makes is what serde_json's own `Value` makes of the YAML.
+        let text = "---\nkind: List\nitems:\n- &nad {kind: NetworkAttachmentDefinition, \
+                    metadata: {name: a}, spec: {config: ''}}\n- *nad\n---\n\
+                    kind: Pod\nmetadata:\n  name: p\n  labels: &l {a: '1', 2: x, 'on': yes}\n  \
+                    annotations: *l\nn: [1, -2, 3.5, .nan, ~, null, true, \
+                    0x1f, 1e3, '', \"\\u00e9\"]\n---\n";
+        let objects = parse(Path::new("a.yaml"), text).unwrap();
+        let expected: Vec<Value> = serde_norway::Deserializer::from_str(text)
+            .map(|d| Value::deserialize(d).unwrap())
+            .filter(|v| !v.is_null())
+            .flat_map(|v| match v["items"].as_array() {
+                Some(items) => items.clone(),
+                None => vec![v],
+            })
+            .collect();
+        let got: Vec<Value> = objects.into_iter().map(|o| o.value).collect();
+        assert_eq!(got, expected);
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[2]["metadata"]["annotations"]["2"], "x");
     }
 
     #[test]
