@@ -87,6 +87,12 @@ pub fn parse(file: &Path, text: &str) -> Result<Vec<FileObject>, CniError> {
                 .map_err(|e| invalid(format!("{}: invalid JSON: {e}", file.display())))?,
         ]
     } else {
+        if let Some(problem) = yaml_nesting_problem(text) {
+            return Err(invalid(format!(
+                "{}: invalid YAML: {problem}",
+                file.display()
+            )));
+        }
         let left = Cell::new(yaml_budget(text.len()));
         serde_norway::Deserializer::from_str(text)
             .map(|doc| {
@@ -123,6 +129,86 @@ pub fn parse(file: &Path, text: &str) -> Result<Vec<FileObject>, CniError> {
         }
     }
     Ok(out)
+}
+
+/// The deepest nesting of YAML collections read. serde_norway refuses more than 128 levels, but
+/// only once libyaml has made an event of every one, some 4 µs and 170 bytes each: a 16 MiB
+/// object file of `[` took 65 s and 2.7 GB to be refused ("recursion limit exceeded"), and an
+/// exec credential plugin's 1 MiB answer of them 3 s.
+pub const MAX_YAML_NESTING: usize = 1000;
+
+/// Why YAML `text` cannot be read: collections nested more than [`MAX_YAML_NESTING`] deep,
+/// found without parsing it, before it reaches the YAML parser. Flow collections (`[`, `{`)
+/// and block collections begun on one line (`- - - x`) are counted; nesting by indentation
+/// costs the square of its depth in bytes, so the file's size bounds it. On the safe side:
+/// quoted scalars and comments are skipped, and a bracket counts only where a collection can
+/// begin (at a line's start, after an indicator or a space), not inside a plain scalar, so that
+/// a file this refuses nests far deeper than any reader here accepts.
+pub fn yaml_nesting_problem(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let blank = |i: usize| b.get(i).is_none_or(|c| c.is_ascii_whitespace());
+    let (mut flow, mut block, mut line) = (0usize, 0usize, 1usize);
+    // Whether a node may begin here: at a line's start, after `[`, `{`, `,`, `:`, or a block
+    // indicator (`- `, `? `).
+    let mut node_start = true;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            b'\n' => {
+                line += 1;
+                block = 0;
+                node_start = true;
+            }
+            b' ' | b'\t' | b'\r' => {}
+            b'#' if i == 0 || blank(i - 1) => {
+                while i + 1 < b.len() && b[i + 1] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'\'' | b'"' if node_start || i == 0 || blank(i - 1) => {
+                // To the closing quote: `''` is a quote in single quotes, `\"` in double.
+                i += 1;
+                while i < b.len() {
+                    match b[i] {
+                        b'\n' => line += 1,
+                        b'\\' if c == b'"' => i += 1,
+                        b'\'' if c == b'\'' && b.get(i + 1) == Some(&b'\'') => i += 1,
+                        q if q == c => break,
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                node_start = false;
+            }
+            b'[' | b'{' if node_start || blank(i - 1) => {
+                flow += 1;
+                if flow > MAX_YAML_NESTING {
+                    break;
+                }
+                node_start = true;
+            }
+            b']' | b'}' => {
+                flow = flow.saturating_sub(1);
+                node_start = false;
+            }
+            b',' | b':' => node_start = true,
+            b'-' | b'?' if node_start && blank(i + 1) => {
+                block += 1;
+                if block > MAX_YAML_NESTING {
+                    break;
+                }
+            }
+            _ => node_start = false,
+        }
+        i += 1;
+    }
+    (flow > MAX_YAML_NESTING || block > MAX_YAML_NESTING).then(|| {
+        format!(
+            "line {line}: collections nested more than {MAX_YAML_NESTING} deep (plumb reads \
+             at most 128 levels)"
+        )
+    })
 }
 
 /// How much the YAML of a file `len` bytes long may unfold to, counting each node and each byte
@@ -538,6 +624,39 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn yaml_nested_deeper_than_any_reader_takes_is_refused_before_it_is_parsed() {
+        // 1,001 levels are refused, naming the line, whether as flow collections or as block
+        // sequences begun on one line. (A 16 MiB file of `[` took 65 s and 2.7 GB to be refused
+        // by serde_norway's recursion limit.)
+        let deep_flow = format!("kind: Pod\nmetadata:\n  x: {}", "[".repeat(1001));
+        let deep_block = format!("kind: Pod\n\nx:\n{}a\n", "- ".repeat(1001));
+        for (text, line) in [(deep_flow, 3), (deep_block, 4)] {
+            let e = parse(Path::new("deep.yaml"), &text).unwrap_err();
+            assert_eq!(e.code, 7, "{e}");
+            assert_eq!(
+                e.msg,
+                format!(
+                    "deep.yaml: invalid YAML: line {line}: collections nested more than 1000 \
+                     deep (plumb reads at most 128 levels)"
+                ),
+            );
+        }
+        // Brackets in quoted scalars, comments and plain scalars are not collections.
+        let many = "[".repeat(1500);
+        let fine = format!(
+            "kind: Pod\n# {many}\nmetadata:\n  name: p\n  annotations:\n    a: '{many}'\n    \
+             b: \"{many}\\\"{many}\"\n    c: x{many}\n    d: 'it''s {many}'\n    e: |\n      \
+             {{\"plugins\": [{{\"type\": \"bridge\"}}]}}\n"
+        );
+        let objects = parse(Path::new("fine.yaml"), &fine).unwrap();
+        assert_eq!(
+            objects[0].value["metadata"]["annotations"]["c"],
+            format!("x{many}")
+        );
+        assert_eq!(yaml_nesting_problem(&fine), None);
     }
 
     #[test]

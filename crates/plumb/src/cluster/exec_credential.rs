@@ -173,7 +173,14 @@ pub fn credential(stdout: &[u8], api_version: &str) -> Result<Credential, String
     // (`aws eks get-token` with the AWS CLI's output set to yaml).
     let answer: Answer = std::str::from_utf8(stdout)
         .map_err(|_| "its answer is not UTF-8 text".to_string())
-        .and_then(|text| serde_norway::from_str(text).map_err(|e| e.to_string()))
+        .and_then(|text| {
+            // Bounded before the YAML parser, which takes seconds over deep nesting it then
+            // refuses (crate::objects::MAX_YAML_NESTING).
+            match crate::objects::yaml_nesting_problem(text) {
+                Some(problem) => Err(problem),
+                None => serde_norway::from_str(text).map_err(|e| e.to_string()),
+            }
+        })
         .map_err(|e| format!("its answer is not an ExecCredential in JSON or YAML: {e}"))?;
     if answer.kind.as_deref() != Some("ExecCredential") {
         return Err(format!(
@@ -392,6 +399,20 @@ mod tests {
                 "{answer}: {e:?}"
             );
         }
+        // 1 MiB of `[` took the YAML parser 3 s (optimised) to refuse.
+        let deep = run(
+            &sh(&format!(
+                "head -c {} /dev/zero | tr '\\0' '['",
+                MAX_OUTPUT - 1
+            )),
+            None,
+            Duration::from_secs(10),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&deep, Failed::Broken(m) if m.ends_with("its answer is not an ExecCredential in JSON or YAML: line 1: collections nested more than 1000 deep (plumb reads at most 128 levels)")),
+            "{deep:?}"
+        );
         let mut always = sh("true");
         always.interactive_mode = Some(ExecInteractiveMode::Always);
         assert!(matches!(
