@@ -50,10 +50,28 @@ impl fmt::Display for FileObject {
             "{} (document {}): {} {}",
             self.file.display(),
             self.document,
-            self.kind(),
-            self.qualified_name()
+            cut(self.kind()),
+            cut(&self.qualified_name())
         )
     }
+}
+
+/// The most of a file's text or value an error quotes. A document can be megabytes (the file
+/// limit is 16 MiB), and every problem line, and an ADD's error from a file in `plumbNadDir`,
+/// quoted all of it: a wrong value is recognised by its start.
+const QUOTED: usize = 100;
+
+/// `text`, cut after [`QUOTED`] characters, saying how long it was.
+fn cut(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(QUOTED) {
+        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()).into(),
+        None => text.into(),
+    }
+}
+
+/// A value of a file as an error quotes it: its JSON, cut (see [`cut`]).
+fn shown(value: &Value) -> String {
+    cut(&value.to_string()).into_owned()
 }
 
 fn invalid(msg: String) -> CniError {
@@ -121,9 +139,10 @@ pub fn parse(file: &Path, text: &str) -> Result<Vec<FileObject>, CniError> {
             }),
             other => {
                 return Err(invalid(format!(
-                    "{} (document {}): not an object but {other}",
+                    "{} (document {}): not an object but {}",
                     file.display(),
-                    i + 1
+                    i + 1,
+                    shown(&other)
                 )));
             }
         }
@@ -386,7 +405,10 @@ pub fn nad_of(o: &FileObject) -> Result<NetworkAttachmentDefinition, CniError> {
     match &value["metadata"] {
         Value::Object(_) | Value::Null => {}
         other => {
-            return Err(invalid(format!("{o}: metadata must be a map, not {other}")));
+            return Err(invalid(format!(
+                "{o}: metadata must be a map, not {}",
+                shown(other)
+            )));
         }
     }
     if value["metadata"]["namespace"].is_null() {
@@ -413,13 +435,16 @@ pub fn pod_of(o: &FileObject) -> Result<Pod, CniError> {
             .map(|(k, v)| match v {
                 Value::String(s) => Ok((k.clone(), s.clone())),
                 other => Err(invalid(format!(
-                    "{o}: annotation {k:?} must be a string, not {other}"
+                    "{o}: annotation {:?} must be a string, not {}",
+                    cut(k),
+                    shown(other)
                 ))),
             })
             .collect::<Result<_, _>>()?,
         other => {
             return Err(invalid(format!(
-                "{o}: metadata.annotations must be a map, not {other}"
+                "{o}: metadata.annotations must be a map, not {}",
+                shown(other)
             )));
         }
     };
@@ -429,7 +454,8 @@ pub fn pod_of(o: &FileObject) -> Result<Pod, CniError> {
         Value::Null => Ok(None),
         Value::String(s) => Ok(Some(s.clone())),
         other => Err(invalid(format!(
-            "{o}: metadata.{field} must be a string, not {other}"
+            "{o}: metadata.{field} must be a string, not {}",
+            shown(other)
         ))),
     };
     Ok(Pod {
@@ -680,6 +706,43 @@ mod tests {
         assert_eq!(got, expected);
         assert_eq!(got.len(), 3);
         assert_eq!(got[2]["metadata"]["annotations"]["2"], "x");
+    }
+
+    #[test]
+    fn errors_quote_the_start_of_a_long_value_not_all_of_it() {
+        // A 1 MB document that is no object, a pod with 1 MB annotations and a 1 MB name: each
+        // problem line quoted all of it.
+        let big = "x".repeat(1 << 20);
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("big.yaml");
+        std::fs::write(&f, format!("[{big}]\n")).unwrap();
+        let e = read_file(&f).unwrap_err();
+        assert!(
+            e.msg.ends_with(&format!(
+                "big.yaml (document 1): not an object but [\"{}… (1048580 bytes)",
+                "x".repeat(98)
+            )),
+            "{}",
+            &e.msg[..e.msg.len().min(300)]
+        );
+        std::fs::write(
+            &f,
+            format!("kind: Pod\nmetadata: {{name: {big}, annotations: [{big}]}}\n"),
+        )
+        .unwrap();
+        let objects = read_file(&f).unwrap();
+        let e = pod_of(&objects[0]).unwrap_err();
+        assert!(e.msg.len() < 500, "{}", &e.msg[..e.msg.len().min(600)]);
+        assert!(
+            e.msg.contains(&format!(
+                "Pod default/{}… (1048584 bytes): metadata.annotations must be a map, not [\"xxx",
+                "x".repeat(92)
+            )),
+            "{e}"
+        );
+        let problems = crate::validate::validate(&objects);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].to_string().len() < 500);
     }
 
     #[test]
