@@ -124,7 +124,30 @@ pub fn parse(file: &Path, text: &str) -> Result<Vec<FileObject>, CniError> {
         match doc {
             Value::Null => {}
             Value::Object(_) if doc["kind"] == "List" => {
-                for item in doc["items"].as_array().into_iter().flatten() {
+                // As kubectl: a List's items are objects. One that is not (an item indented
+                // into a string, say) was skipped, and the NAD it was went missing unsaid.
+                let items = match &doc["items"] {
+                    Value::Null => &[][..],
+                    Value::Array(items) => items,
+                    other => {
+                        return Err(invalid(format!(
+                            "{} (document {}): the List's items must be a list, not {}",
+                            file.display(),
+                            i + 1,
+                            shown(other)
+                        )));
+                    }
+                };
+                for (j, item) in items.iter().enumerate() {
+                    if !item.is_object() {
+                        return Err(invalid(format!(
+                            "{} (document {}): item {} of the List is not an object but {}",
+                            file.display(),
+                            i + 1,
+                            j + 1,
+                            shown(item)
+                        )));
+                    }
                     out.push(FileObject {
                         file: file.to_path_buf(),
                         document: i + 1,
@@ -706,6 +729,34 @@ mod tests {
         assert_eq!(got, expected);
         assert_eq!(got.len(), 3);
         assert_eq!(got[2]["metadata"]["annotations"]["2"], "x");
+    }
+
+    #[test]
+    fn a_list_item_that_is_not_an_object_is_an_error_not_skipped() {
+        // Found by the plumb_objects fuzz target: a NAD of a List indented into a string was
+        // skipped, and `plumb validate` said nothing of it.
+        for (text, why) in [
+            (
+                "kind: List\nitems:\n- kind: Pod\n  metadata: {name: p}\n- 'kind: NetworkAttachmentDefinition'\n",
+                "objects.yaml (document 1): item 2 of the List is not an object but \"kind: NetworkAttachmentDefinition\"",
+            ),
+            (
+                "---\n---\nkind: List\nitems:\n-\n",
+                "objects.yaml (document 2): item 1 of the List is not an object but null",
+            ),
+            (
+                "kind: List\nitems: {kind: Pod}\n",
+                "objects.yaml (document 1): the List's items must be a list, not {\"kind\":\"Pod\"}",
+            ),
+        ] {
+            let e = parse(Path::new("objects.yaml"), text).unwrap_err();
+            assert_eq!((e.code, e.msg.as_str()), (7, why), "{text}");
+        }
+        // A List without items holds nothing.
+        assert_eq!(
+            parse(Path::new("objects.yaml"), "kind: List\n").unwrap(),
+            []
+        );
     }
 
     #[test]
