@@ -61,12 +61,26 @@ impl fmt::Display for FileObject {
 /// quoted all of it: a wrong value is recognised by its start.
 const QUOTED: usize = 100;
 
+/// The most of a parser's message an error quotes: serde's own quote the value they refuse
+/// whole (`invalid type: string "…"`).
+pub(crate) const QUOTED_MESSAGE: usize = 300;
+
 /// `text`, cut after [`QUOTED`] characters, saying how long it was.
 fn cut(text: &str) -> std::borrow::Cow<'_, str> {
-    match text.char_indices().nth(QUOTED) {
+    cut_at(text, QUOTED)
+}
+
+/// `text`, cut after `max` characters, saying how long it was.
+pub(crate) fn cut_at(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(max) {
         Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()).into(),
         None => text.into(),
     }
+}
+
+/// A parser's message about a file, cut (see [`QUOTED_MESSAGE`]).
+fn message(e: &dyn fmt::Display) -> String {
+    cut_at(&e.to_string(), QUOTED_MESSAGE).into_owned()
 }
 
 /// A value of a file as an error quotes it: its JSON, cut (see [`cut`]).
@@ -438,9 +452,9 @@ pub fn nad_of(o: &FileObject) -> Result<NetworkAttachmentDefinition, CniError> {
         value["metadata"]["namespace"] = Value::String("default".into());
     }
     let nad: NetworkAttachmentDefinition =
-        serde_json::from_value(value).map_err(|e| invalid(format!("{o}: {e}")))?;
+        serde_json::from_value(value).map_err(|e| invalid(format!("{o}: {}", message(&e))))?;
     nad.validate_name()
-        .map_err(|e| invalid(format!("{o}: {e}")))?;
+        .map_err(|e| invalid(format!("{o}: {}", message(&e))))?;
     Ok(nad)
 }
 
@@ -794,6 +808,21 @@ mod tests {
         let problems = crate::validate::validate(&objects);
         assert_eq!(problems.len(), 1);
         assert!(problems[0].to_string().len() < 500);
+        // serde's messages quote the value they refuse whole.
+        std::fs::write(
+            &f,
+            format!("kind: NetworkAttachmentDefinition\nmetadata: {{name: n}}\nspec: {big}\n"),
+        )
+        .unwrap();
+        let objects = read_file(&f).unwrap();
+        let e = nad_of(&objects[0]).unwrap_err();
+        assert!(e.msg.len() < 600, "{}", &e.msg[..e.msg.len().min(700)]);
+        assert!(
+            e.msg
+                .contains("NetworkAttachmentDefinition default/n: invalid type: string \"xxx"),
+            "{e}"
+        );
+        assert!(e.msg.ends_with(" bytes)"), "{e}");
     }
 
     #[test]

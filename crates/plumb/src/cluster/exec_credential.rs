@@ -152,7 +152,14 @@ pub fn run(
             quoted(&ran.stderr)
         )));
     }
-    credential(&ran.stdout, api_version).map_err(|why| Failed::Broken(format!("{shown}: {why}")))
+    // The answer's own text goes into some of these (its kind, serde's "invalid type: string
+    // …"): up to MAX_OUTPUT of it in the CNI error and the logs, cut.
+    credential(&ran.stdout, api_version).map_err(|why| {
+        Failed::Broken(format!(
+            "{shown}: {}",
+            crate::objects::cut_at(&why, crate::objects::QUOTED_MESSAGE)
+        ))
+    })
 }
 
 fn quoted(stderr: &[u8]) -> String {
@@ -399,6 +406,24 @@ mod tests {
                 "{answer}: {e:?}"
             );
         }
+        // A kind of 512 KiB is quoted by its start.
+        let long_kind = run(
+            &sh(
+                "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"'; \
+                 head -c 524288 /dev/zero | tr '\\0' k; printf '\"}'",
+            ),
+            None,
+            Duration::from_secs(10),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&long_kind, Failed::Broken(m) if m.len() < 600 && m.contains("its answer is of kind \"kkk") && m.ends_with("… (524332 bytes)")),
+            "{}",
+            format!("{long_kind:?}")
+                .chars()
+                .take(700)
+                .collect::<String>()
+        );
         // 1 MiB of `[` took the YAML parser 3 s (optimised) to refuse.
         let deep = run(
             &sh(&format!(
