@@ -9,7 +9,8 @@
 use std::path::{Path, PathBuf};
 
 use libfuzzer_sys::fuzz_target;
-use plumb::objects::{FileNetworks, nad_of, parse, pod_of, yaml_nesting_problem};
+use plumb::objects::{FileNetworks, nad_of, parse, pod_of};
+use plumb::yaml::nesting_problem;
 use plumb::validate::validate;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     };
     // What the nesting bound refuses before parsing, the YAML parser refuses too (it reads at
     // most 128 levels): the bound never turns a readable file away.
-    if yaml_nesting_problem(text).is_some() {
+    if nesting_problem(text).is_some() {
         let parsed: Result<Vec<serde_json::Value>, _> = serde_norway::Deserializer::from_str(text)
             .map(serde::Deserialize::deserialize)
             .collect();

@@ -16,6 +16,7 @@
 //! - [`devices`]: the devices of device-backed networks and their device-info files.
 //! - [`networks`]: where a node finds delegate configurations (NADs, files).
 //! - [`objects`]: Kubernetes objects (NADs, pods) from YAML/JSON files, for use without a cluster.
+//! - [`yaml`]: YAML from outside (object files, exec credential answers) read with bounds.
 //! - [`plugin`]: plumb as the runtime's CNI plugin.
 //! - [`shim`]: the plugin forwarding its calls to `plumb daemon`.
 //! - [`daemon`]: `plumb daemon`, the engine serving calls with API clients kept between them.
@@ -48,3 +49,4 @@ pub mod routes;
 pub mod shim;
 pub mod standalone;
 pub mod validate;
+pub mod yaml;

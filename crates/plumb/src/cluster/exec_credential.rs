@@ -182,8 +182,8 @@ pub fn credential(stdout: &[u8], api_version: &str) -> Result<Credential, String
         .map_err(|_| "its answer is not UTF-8 text".to_string())
         .and_then(|text| {
             // Bounded before the YAML parser, which takes seconds over deep nesting it then
-            // refuses (crate::objects::MAX_YAML_NESTING).
-            match crate::objects::yaml_nesting_problem(text) {
+            // refuses (crate::yaml::MAX_NESTING).
+            match crate::yaml::nesting_problem(text) {
                 Some(problem) => Err(problem),
                 None => serde_norway::from_str(text).map_err(|e| e.to_string()),
             }
