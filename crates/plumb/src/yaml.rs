@@ -21,9 +21,11 @@ pub const MAX_NESTING: usize = 1000;
 /// found without parsing it, before it reaches the YAML parser. Flow collections (`[`, `{`)
 /// and block collections begun on one line (`- - - x`) are counted; nesting by indentation
 /// costs the square of its depth in bytes, so the file's size bounds it. On the safe side:
-/// quoted scalars and comments are skipped, and a bracket counts only where a collection can
-/// begin (at a line's start, after an indicator or a space), not inside a plain scalar, so that
-/// a file this refuses nests far deeper than any reader here accepts.
+/// quoted scalars, block scalars and comments are skipped, and a bracket or a dash counts only
+/// where a collection can begin (at a line's start, after `: `, after `[`, `{` or `,` inside a
+/// flow collection, after an anchor or a tag), not inside a plain scalar (`note: see [1`), and
+/// each document (`---`) is counted anew, so that a file this refuses nests far deeper than any
+/// reader here accepts.
 pub fn nesting_problem(text: &str) -> Option<String> {
     let b = text.as_bytes();
     let blank = |i: usize| b.get(i).is_none_or(|c| c.is_ascii_whitespace());
@@ -39,6 +41,15 @@ pub fn nesting_problem(text: &str) -> Option<String> {
                 line += 1;
                 block = 0;
                 node_start = true;
+                // A document's start or end marker: the next document is counted anew.
+                let next = &b[i + 1..];
+                if (next.starts_with(b"---") || next.starts_with(b"..."))
+                    && next.get(3).is_none_or(|c| c.is_ascii_whitespace())
+                {
+                    flow = 0;
+                    i += 3;
+                    continue;
+                }
             }
             b' ' | b'\t' | b'\r' => {}
             b'#' if i == 0 || blank(i - 1) => {
@@ -61,7 +72,62 @@ pub fn nesting_problem(text: &str) -> Option<String> {
                 }
                 node_start = false;
             }
-            b'[' | b'{' if node_start || blank(i - 1) => {
+            b'|' | b'>' if node_start && flow == 0 && block_scalar_header(&b[i + 1..]) => {
+                // A block scalar (`config: |`, the usual way to write a NAD's JSON): its lines
+                // are text, not YAML. Counting their brackets refused text the parser reads.
+                // Its lines are indented deeper than the line that starts it, and at least as
+                // deep as its first (blank lines aside); the first line that is not ends it, and
+                // is counted again (the parser reads it as YAML, or refuses the file).
+                let line_start = b[..i]
+                    .iter()
+                    .rposition(|&c| c == b'\n')
+                    .map_or(0, |p| p + 1);
+                // The column of the node holding it: its key's (`- key: |`, after the dashes),
+                // or for a sequence entry (`- |`) its dash's.
+                let mut k = line_start + b[line_start..].iter().take_while(|&&c| c == b' ').count();
+                let mut base = k - line_start;
+                while k < i && b[k] == b'-' && blank(k + 1) {
+                    base = k - line_start;
+                    k += 1;
+                    while k < i && b[k] == b' ' {
+                        k += 1;
+                    }
+                }
+                if k < i {
+                    base = k - line_start;
+                }
+                let mut content: Option<usize> = None;
+                while i + 1 < b.len() && b[i + 1] != b'\n' {
+                    i += 1;
+                }
+                // `i` is the last byte read; each line after it is read whole, or not at all.
+                while i + 1 < b.len() {
+                    let start = i + 2;
+                    let end = b[start.min(b.len())..]
+                        .iter()
+                        .position(|&c| c == b'\n')
+                        .map_or(b.len(), |p| start + p);
+                    let text = &b[start.min(end)..end];
+                    let indent = text.iter().take_while(|&&c| c == b' ').count();
+                    if !text.iter().all(u8::is_ascii_whitespace) {
+                        match content {
+                            None if indent > base => content = Some(indent),
+                            Some(first) if indent >= first => {}
+                            _ => break,
+                        }
+                    }
+                    line += 1;
+                    i = end - 1;
+                }
+                node_start = false;
+            }
+            // An anchor or a tag before a node (`&name [`, `!!seq [`): the node may begin next.
+            b'&' | b'!' if node_start => {
+                while i + 1 < b.len() && !b[i + 1].is_ascii_whitespace() {
+                    i += 1;
+                }
+            }
+            b'[' | b'{' if node_start => {
                 flow += 1;
                 if flow > MAX_NESTING {
                     break;
@@ -72,7 +138,10 @@ pub fn nesting_problem(text: &str) -> Option<String> {
                 flow = flow.saturating_sub(1);
                 node_start = false;
             }
-            b',' | b':' => node_start = true,
+            // Indicators only inside a flow collection, or (`:`) before a blank: in a plain
+            // scalar of block context (`a: x, - y`) they are text.
+            b',' if flow > 0 => node_start = true,
+            b':' if flow > 0 || blank(i + 1) => node_start = true,
             b'-' | b'?' if node_start && blank(i + 1) => {
                 block += 1;
                 if block > MAX_NESTING {
@@ -91,15 +160,31 @@ pub fn nesting_problem(text: &str) -> Option<String> {
     })
 }
 
+/// Whether `rest`, what follows a `|` or `>`, is a block scalar's header: at most an
+/// indentation digit and a chomping indicator (`|-`, `>+2`), then the line's end or a comment.
+fn block_scalar_header(rest: &[u8]) -> bool {
+    let line = &rest[..rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len())];
+    let indicators = line
+        .iter()
+        .take_while(|c| matches!(c, b'1'..=b'9' | b'+' | b'-'))
+        .count();
+    let tail = &line[indicators..];
+    let after_space = tail.iter().find(|c| !c.is_ascii_whitespace());
+    indicators <= 2
+        && (tail.is_empty()
+            || (tail[0].is_ascii_whitespace() && matches!(after_space, None | Some(b'#'))))
+}
+
 /// How much the YAML of a file `len` bytes long may unfold to, counting each node and each byte
-/// of text (keys included): 4 times its length, and 1 MiB more. Without aliases a document
+/// of text (keys included): 4 times its length, and 4 MiB more (a List of 120 NADs sharing one
+/// 10 KB `config` by alias unfolds to 1.2 MB, and 1 MiB more refused it; 4 MiB of nodes is some
+/// 100 MB at most). Without aliases a document
 /// holds less than its length; an alias (`*name`) repeats the whole of its anchor, and
 /// serde_norway bounds how many aliases are followed (100 per event of the file), not what they
 /// repeat: 100 KB of one anchor of 20,000 items and 20,000 aliases to it made 400 million
-/// values, and `plumb validate` (or an ADD reading `plumbNadDir`) ran out of memory. The
-/// API server refuses such repetition too (go-yaml's "excessive aliasing").
+/// values, and `plumb validate` (or an ADD reading `plumbNadDir`) ran out of memory.
 pub fn budget(len: usize) -> usize {
-    len.saturating_mul(4).saturating_add(1 << 20)
+    len.saturating_mul(4).saturating_add(4 << 20)
 }
 
 /// A JSON value read from YAML, charging what it holds to `left` (see [`budget`]): the
@@ -117,7 +202,7 @@ impl Bounded<'_> {
             }
             None => Err(E::custom(
                 "its aliases (*name) repeat more than the file can hold (4 times its size, and \
-                 1 MiB more, counting each value and each byte of text): a \"billion laughs\"?",
+                 4 MiB more, counting each value and each byte of text): a \"billion laughs\"?",
             )),
         }
     }
@@ -221,5 +306,77 @@ impl<'de> Visitor<'de> for Bounded<'_> {
             out.insert(key, value);
         }
         Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readable(text: &str) -> bool {
+        serde_norway::Deserializer::from_str(text)
+            .map(Value::deserialize)
+            .collect::<Result<Vec<_>, _>>()
+            .is_ok()
+    }
+
+    #[test]
+    fn brackets_in_a_block_scalar_are_text_not_nesting() {
+        // A NAD's JSON in `config: |`, however deep its brackets, is a string to the YAML
+        // parser: refusing it turned a readable file away (found by the plumb_objects target).
+        let deep = format!("{}{}", "[".repeat(1200), "]".repeat(1200));
+        for (header, body_indent) in [("|", "    "), ("|-", "    "), (">+ # text", "      ")] {
+            let text = format!(
+                "kind: NetworkAttachmentDefinition\nspec:\n  config: {header}\n{body_indent}{{\n\n{body_indent}  \"a\": {deep}\n{body_indent}}}\nmetadata: {{name: n}}\n"
+            );
+            assert!(readable(&text), "{header}");
+            assert_eq!(nesting_problem(&text), None, "{header}");
+        }
+        // Counting goes on after the block scalar, and in a sequence entry's.
+        let after = format!("a: |\n  [[[\nb: {}\n", "[".repeat(1001));
+        assert!(
+            nesting_problem(&after).is_some_and(|p| p.starts_with("line 3:")),
+            "{after:.40}"
+        );
+        let entry = format!("- |\n  {deep}\n- x\n");
+        assert!(readable(&entry));
+        assert_eq!(nesting_problem(&entry), None);
+        // In a sequence entry's mapping the key's column counts, not the dash's: a line at the
+        // key's column is not the block scalar's text.
+        let in_entry = format!("- a: |\n  b: {}\n", "[".repeat(1001));
+        assert!(nesting_problem(&in_entry).is_some(), "{in_entry:.40}");
+        let in_entry = format!("- a: |\n   {deep}\n  b: x\n");
+        assert!(readable(&in_entry));
+        assert_eq!(nesting_problem(&in_entry), None);
+        // Brackets and dashes in plain scalars are text, in however many documents.
+        let plain: String = (0..1001)
+            .map(|i| {
+                format!(
+                    "---\nkind: Pod\nmetadata:\n  name: p{i}\n  annotations:\n    note: see [1\n"
+                )
+            })
+            .collect();
+        assert!(readable(&plain));
+        assert_eq!(nesting_problem(&plain), None);
+        for value in [
+            vec!["x ["; 1001].join(" "),
+            format!("x{}", ", - y".repeat(1001)),
+        ] {
+            let text = format!("kind: Pod\nmetadata:\n  annotations:\n    a: {value}\n");
+            assert!(readable(&text), "{text:.60}");
+            assert_eq!(nesting_problem(&text), None, "{text:.60}");
+        }
+        // After an anchor or a tag a collection is counted.
+        for prefix in ["&a ", "!!seq ", "&a !!seq "] {
+            let text = format!("a: {prefix}{}", "[".repeat(1001));
+            assert!(nesting_problem(&text).is_some(), "{prefix}");
+        }
+        // A line indented less than the block scalar's first is not its text.
+        let shallower = format!("a: |\n      x\n   {}\n", "[".repeat(1001));
+        assert!(nesting_problem(&shallower).is_some(), "{shallower:.40}");
+        // Not a block scalar's header: counted as before.
+        let not_header = format!("a: |x {}", "[".repeat(1001));
+        assert!(nesting_problem(&not_header).is_none_or(|_| !readable(&not_header)));
+        assert!(nesting_problem(&format!("a: {}", "[".repeat(1001))).is_some());
     }
 }
