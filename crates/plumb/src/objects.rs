@@ -444,10 +444,10 @@ mod tests {
 
     #[test]
     fn yaml_aliases_repeating_more_than_the_file_holds_are_refused_naming_the_file() {
-        // One anchor of 1,500 items and 1,500 aliases to it: 11 KB that unfolded to 2.25
+        // One anchor of 2,500 items and 2,500 aliases to it: 18 KB that unfolds to 6.25
         // million values (100 KB of the same ran `plumb validate` out of memory).
         // serde_norway's own limit (100 alias jumps per event) lets it through.
-        let n = 1500;
+        let n = 2500;
         let quadratic = format!(
             "kind: NetworkAttachmentDefinition\nmetadata: {{name: q}}\nx: &a [{}]\ny: [{}]\n",
             vec!["x"; n].join(","),
@@ -475,6 +475,27 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn nads_sharing_one_large_config_by_alias_are_read() {
+        // 120 NADs whose `config` is one 10 KB string, given once and aliased: 20 KB that
+        // unfold to 1.2 MB, far from a "billion laughs" (1 MiB of slack refused it).
+        let config = format!(
+            "{{\"cniVersion\":\"1.0.0\",\"type\":\"bridge\",\"x\":\"{}\"}}",
+            "y".repeat(10_000)
+        );
+        let mut text = format!(
+            "kind: List\nitems:\n- kind: NetworkAttachmentDefinition\n  metadata: {{name: n0}}\n  spec: {{config: &c '{config}'}}\n"
+        );
+        for i in 1..120 {
+            text += &format!(
+                "- kind: NetworkAttachmentDefinition\n  metadata: {{name: n{i}}}\n  spec: {{config: *c}}\n"
+            );
+        }
+        let objects = parse(Path::new("shared.yaml"), &text).unwrap();
+        assert_eq!(objects.len(), 120);
+        assert_eq!(objects[119].value["spec"]["config"], Value::String(config));
     }
 
     #[test]
