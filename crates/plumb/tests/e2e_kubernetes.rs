@@ -192,10 +192,7 @@ fn the_same_network_twice() {
 
 #[test]
 fn isolation_refusal_and_a_missing_nad_fail_before_anything_is_attached() {
-    let c = Cluster::new(208);
-    let mut config = c.config.clone();
-    config["namespaceIsolation"] = json!(true);
-    let c = Cluster { config, ..c };
+    let c = Cluster::new(208).with("namespaceIsolation", json!(true));
     let uid = c.pod("tenant", "iso", json!({NETWORKS: "other-ns/net-b"}));
     let ns = Netns::new();
     let e = err(&c.call("ADD", &ns, ("tenant", "iso", &uid), "ciso"));
@@ -463,10 +460,9 @@ fn transient_api_errors_and_a_late_pod_are_retried() {
 fn attachment_events_and_the_readiness_indicator() {
     let c = Cluster::new(217);
     let ready = c.node.path("ready");
-    let mut config = c.config.clone();
-    config["plumbAttachmentEvents"] = json!(true);
-    config["readinessindicatorfile"] = json!(ready);
-    let c = Cluster { config, ..c };
+    let c = c
+        .with("plumbAttachmentEvents", json!(true))
+        .with("readinessindicatorfile", json!(ready));
     let uid = c.pod("default", "ev", json!({NETWORKS: "net-a"}));
     let ns = Netns::new();
     let pod = ("default", "ev", uid.as_str());
@@ -511,10 +507,7 @@ fn an_events_endpoint_that_does_not_answer_holds_the_add_once_not_per_attachment
     // must not hold the ADD of a pod on three networks for each of its AddedInterface events
     // (15 s, the whole API budget with six networks). The first one is waited for, no other.
     use testkit::kube_api::{Fault, FaultKind};
-    let c = Cluster::new(194);
-    let mut config = c.config.clone();
-    config["plumbAttachmentEvents"] = json!(true);
-    let c = Cluster { config, ..c };
+    let c = Cluster::new(194).with("plumbAttachmentEvents", json!(true));
     let uid = c.pod(
         "default",
         "quiet",
@@ -546,10 +539,7 @@ fn an_api_failing_one_request_for_good_fails_the_add_cleanly_and_its_del_needs_n
     // interface, address, record to undo or result cache entry), its CHECK says so, and the
     // runtime's DEL, sent twice, succeeds. The events endpoint failing fails no ADD.
     use testkit::kube_api::{Fault, FaultKind};
-    let c = Cluster::new(192);
-    let mut config = c.config.clone();
-    config["plumbAttachmentEvents"] = json!(true);
-    let c = Cluster { config, ..c };
+    let c = Cluster::new(192).with("plumbAttachmentEvents", json!(true));
     let nad_path =
         "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/net-a";
     let pod_json = |name: &str, uid: &str| {
@@ -1227,10 +1217,7 @@ fn over_http1_the_nads_are_fetched_one_after_the_other_on_one_connection() {
 #[test]
 fn a_fetched_nad_the_planner_never_uses_fails_nothing() {
     use testkit::kube_api::{Fault, FaultKind};
-    let c = Cluster::new(229);
-    let mut config = c.config.clone();
-    config["namespaceIsolation"] = json!(true);
-    let c = Cluster { config, ..c };
+    let c = Cluster::new(229).with("namespaceIsolation", json!(true));
     let forbidden = |ns: &str, name: &str| {
         Fault::new(FaultKind::Status(403, "Forbidden".into())).path(&format!(
             "/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}"

@@ -19,10 +19,7 @@ use testkit::netns::Netns;
 /// A cluster whose plumb logs failures only (`logLevel: error`, to stderr), as an operator
 /// would first set it.
 fn cluster(net: u8) -> Cluster {
-    let c = Cluster::new(net);
-    let mut config = c.config.clone();
-    config["logLevel"] = json!("error");
-    Cluster { config, ..c }
+    Cluster::new(net).with("logLevel", json!("error"))
 }
 
 /// The error's message, after asserting that plumb's log holds the same story as one line,

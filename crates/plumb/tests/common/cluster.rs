@@ -60,6 +60,12 @@ pub fn pod_args((ns, name, uid): (&str, &str, &str), cid: &str) -> String {
 }
 
 impl Cluster {
+    /// This cluster with plumb's configuration key `key` set to `value`.
+    pub fn with(mut self, key: &str, value: Value) -> Cluster {
+        self.config[key] = value;
+        self
+    }
+
     /// `net` picks this test's subnets (10.<net>.1-3.0/24), so tests run in parallel: unique
     /// across every test file (all of 198-255 are taken; a new test takes the next number
     /// down).
@@ -145,9 +151,10 @@ impl Cluster {
     /// This cluster, its runtime passing `annotations` as the pod's
     /// (`io.kubernetes.cri.pod-annotations`), so that plumb does not GET the pod.
     pub fn with_pod_annotations(self, annotations: Value) -> Cluster {
-        let mut config = self.config.clone();
-        config["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": annotations});
-        Cluster { config, ..self }
+        self.with(
+            "runtimeConfig",
+            json!({"io.kubernetes.cri.pod-annotations": annotations}),
+        )
     }
 
     pub fn call_in(
