@@ -55,8 +55,8 @@ impl fmt::Display for FileObject {
     }
 }
 
-/// The most of a file's text or value an error quotes. A document can be megabytes (the file
-/// limit is 16 MiB), and every problem line, and an ADD's error from a file in `plumbNadDir`,
+/// The most of a file's text or value an error quotes. A document can be megabytes (a JSON
+/// file can have 8 MiB), and every problem line, and an ADD's error from a file in `plumbNadDir`,
 /// quoted all of it: a wrong value is recognised by its start.
 const QUOTED: usize = 100;
 
@@ -91,18 +91,38 @@ fn invalid(msg: String) -> CniError {
     CniError::new(ErrorCode::InvalidConfig, msg)
 }
 
-/// The largest object file read: a NAD or a pod is at most ~1.5 MiB (etcd's limit); a file
-/// holds a few.
-pub const MAX_OBJECT_FILE: u64 = 16 << 20;
+/// The largest JSON object file read: a NAD or a pod is at most ~1.5 MiB (etcd's limit); a
+/// file holds a few. The bound is the memory a file can take to read: up to 32 times its size
+/// as `serde_json` values (measured 2026-11-25 with `plumb validate` under `/usr/bin/time`:
+/// 16 MiB of `[1,1,…]` peaked at 529 MB, where this bound's 8 MiB take about 265 MB).
+pub const MAX_JSON_FILE: u64 = 8 << 20;
+
+/// The largest YAML object file read. The YAML parser keeps an event of some 170 bytes for
+/// every node of a document before it builds a value, so a YAML file can take 80 times its
+/// size (measured as above: 2 MiB of `[1,1,…]` or `[[],[],…]` peaked at 160–170 MB, 4 MiB at
+/// 337 MB, and at the 16 MiB that bounded YAML before, 1.2–2.4 GB, in every ADD that read
+/// such a file from `plumbNadDir`). 4 MiB still holds any one object and some thousand NADs;
+/// a bigger export is split, or written as JSON.
+pub const MAX_YAML_FILE: u64 = 4 << 20;
+
+/// Whether `file` is read as JSON (by its extension, `.json`) rather than YAML.
+fn is_json(file: &Path) -> bool {
+    file.extension().is_some_and(|e| e == "json")
+}
 
 /// Every object in `file`. Empty documents are skipped; `List` objects are unpacked. The file
-/// is read bounded, and refused at once when it is no regular file (a FIFO among the NADs of
-/// `plumbNadDir` would hold every ADD).
+/// is read bounded ([`MAX_JSON_FILE`], [`MAX_YAML_FILE`]), and refused at once when it is no
+/// regular file (a FIFO among the NADs of `plumbNadDir` would hold every ADD).
 pub fn read_file(file: &Path) -> Result<Vec<FileObject>, CniError> {
     let io_error = |e: &dyn std::fmt::Display| {
         CniError::new(ErrorCode::Io, format!("{}: {e}", file.display()))
     };
-    let bytes = cni::files::read_bounded(file, MAX_OBJECT_FILE).map_err(|e| io_error(&e))?;
+    let limit = if is_json(file) {
+        MAX_JSON_FILE
+    } else {
+        MAX_YAML_FILE
+    };
+    let bytes = cni::files::read_bounded(file, limit).map_err(|e| io_error(&e))?;
     let text = String::from_utf8(bytes).map_err(|e| io_error(&e))?;
     parse(file, &text)
 }
@@ -112,7 +132,7 @@ pub fn read_file(file: &Path) -> Result<Vec<FileObject>, CniError> {
 /// skipped; `List` objects are unpacked.
 pub fn parse(file: &Path, text: &str) -> Result<Vec<FileObject>, CniError> {
     let mut out = Vec::new();
-    let docs: Vec<Value> = if file.extension().is_some_and(|e| e == "json") {
+    let docs: Vec<Value> = if is_json(file) {
         vec![
             serde_json::from_str(text)
                 .map_err(|e| invalid(format!("{}: invalid JSON: {e}", file.display())))?,
@@ -406,6 +426,43 @@ mod tests {
             .expect("reading the NAD files waited on the FIFO")
             .unwrap_err();
         assert!(e.msg.contains("nads.yaml") && e.msg.contains("FIFO"), "{e}");
+    }
+
+    #[test]
+    fn object_files_are_bounded_by_the_memory_their_kind_takes_to_read() {
+        // A YAML file can take 80 times its size to read, JSON about 32: 16 MiB of YAML
+        // among the NADs of `plumbNadDir` took 1.2-2.4 GB in every ADD. Each kind is read up
+        // to its own bound, to the byte, and refused past it with the file and the bound named.
+        let d = tempfile::tempdir().unwrap();
+        let sized = |name: &str, head: &str, tail: &str, size: u64| {
+            let f = d.path().join(name);
+            let pad = size as usize - head.len() - tail.len();
+            std::fs::write(&f, format!("{head}{}{tail}", "a".repeat(pad))).unwrap();
+            f
+        };
+        for (name, head, tail, limit, said) in [
+            (
+                "big.yaml",
+                "kind: Pod\nmetadata: {name: p}\nx: ",
+                "\n",
+                MAX_YAML_FILE,
+                "larger than 4 MiB",
+            ),
+            (
+                "big.json",
+                r#"{"kind":"Pod","metadata":{"name":"p"},"x":""#,
+                "\"}",
+                MAX_JSON_FILE,
+                "larger than 8 MiB",
+            ),
+        ] {
+            let f = sized(name, head, tail, limit);
+            let objects = read_file(&f).unwrap();
+            assert_eq!(objects[0].qualified_name(), "default/p");
+            let f = sized(name, head, tail, limit + 1);
+            let e = read_file(&f).unwrap_err();
+            assert!(e.msg.contains(name) && e.msg.contains(said), "{e}");
+        }
     }
 
     #[test]
