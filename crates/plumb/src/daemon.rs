@@ -24,6 +24,9 @@
 //! DaemonSet upgrade with `maxSurge` (the new pod started before the old is stopped) works, and
 //! the two daemons never run calls for one container at the same time: each call holds the
 //! container's lock, whichever process runs it.
+//!
+//! With `--write-config` it also writes plumb's CNI configuration on the node once the default
+//! network's is there, and keeps it in step (conf_writer.rs).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
@@ -39,6 +42,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 
 use crate::client_pool::ClientPool;
+use crate::conf_writer::{ConfWriter, Step};
 use crate::plugin::{Caller, NetlinkRoutes, Plumb};
 use crate::shim;
 
@@ -56,6 +60,22 @@ pub struct Args {
     /// The unix socket to listen on (the `plumbDaemonSocket` of plumb's CNI configuration).
     #[arg(long, default_value = DEFAULT_SOCKET)]
     pub socket: PathBuf,
+    /// Write plumb's CNI configuration, `00-plumb.conflist`, into `--cni-conf-dir` once the
+    /// default network's configuration is there, from this template: a JSON object of plumb's
+    /// configuration keys (docs/configuration.md), with paths as the runtime sees them. The
+    /// daemon fills in the default network (embedded as `delegates`), its capabilities, the
+    /// `cniVersion` and `plumbDaemonSocket` (unless given), keeps the file in step with the
+    /// default network's and removes it when that is gone (conf_writer.rs).
+    #[arg(long, value_name = "TEMPLATE")]
+    pub write_config: Option<PathBuf>,
+    /// The runtime's CNI configuration directory, as this process sees it (a DaemonSet pod
+    /// mounts the node's somewhere like `/host/etc/cni/net.d`).
+    #[arg(long, default_value = "/etc/cni/net.d", requires = "write_config")]
+    pub cni_conf_dir: PathBuf,
+    /// The file name of the default network's configuration in `--cni-conf-dir`; without it,
+    /// the first configuration file there by name, as the runtime would take it without plumb.
+    #[arg(long, value_name = "FILE", requires = "write_config")]
+    pub primary_config: Option<String>,
 }
 
 /// What every call shares.
@@ -81,6 +101,16 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         let _in = rt.enter();
         Signals::register()?
     };
+    // Before the socket is bound: a template with a mistyped key stops the daemon at once.
+    let writer = match &args.write_config {
+        Some(template) => Some(ConfWriter::new(
+            template,
+            args.cni_conf_dir.clone(),
+            args.primary_config.clone(),
+            &args.socket,
+        )?),
+        None => None,
+    };
     // Not the owner of /proc/self, which is root whenever the process is not dumpable.
     let uid = nix::unistd::geteuid().as_raw();
     let shared = Arc::new(Shared {
@@ -102,7 +132,14 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         ),
     }
     eprintln!("plumb daemon: serving CNI calls on {}", socket.display());
-    let served = rt.block_on(serve(listener, socket, ours, Arc::clone(&shared), signals));
+    let served = rt.block_on(serve(
+        listener,
+        socket,
+        ours,
+        Arc::clone(&shared),
+        signals,
+        writer,
+    ));
     // The socket goes first: a shim that comes now runs its call in thin mode. Only if it is
     // still the one this daemon bound: another daemon may have taken the path over (and serves
     // on it now), or an operator removed it and started one by hand.
@@ -288,13 +325,35 @@ async fn serve(
     ours: (u64, u64),
     shared: Arc<Shared>,
     mut signals: Signals,
+    mut writer: Option<ConfWriter>,
 ) -> Result<(), CniError> {
     let mut listener = Some(listener);
     let mut watch = tokio::time::interval(WATCH);
     watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Its first tick comes at once: the configuration is written as soon as it can be.
+    let mut conf_watch = tokio::time::interval(WATCH);
+    conf_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let stream = tokio::select! {
             () = signals.recv() => break,
+            _ = conf_watch.tick(), if writer.is_some() && listener.is_some() => {
+                let w = writer.as_mut().expect("ticks only with a writer");
+                let output = w.output();
+                match w.step() {
+                    Step::Same => {}
+                    Step::Wrote(why) => {
+                        eprintln!("plumb daemon: wrote {}: {why}", output.display());
+                    }
+                    Step::Removed(why) => {
+                        eprintln!("plumb daemon: removed {}: {why}", output.display());
+                    }
+                    Step::Waiting(why) => eprintln!(
+                        "plumb daemon: not writing {} yet: {why}",
+                        output.display()
+                    ),
+                }
+                continue;
+            }
             _ = watch.tick(), if listener.is_some() => {
                 if !is_ours(socket, ours) {
                     let lost = listener.take().expect("watched only while listening");
@@ -311,6 +370,14 @@ async fn serve(
                         shared.running.load(Ordering::SeqCst)
                     );
                     serve_queued(lost, &shared);
+                    // The daemon that took the socket keeps the configuration now; two
+                    // writers from two templates would rewrite it in turn.
+                    if let Some(w) = writer.take() {
+                        eprintln!(
+                            "plumb daemon: no longer keeping {}",
+                            w.output().display()
+                        );
+                    }
                 }
                 continue;
             }

@@ -21,6 +21,7 @@
 //! - [`shim`]: the plugin forwarding its calls to `plumb daemon`.
 //! - [`daemon`]: `plumb daemon`, the engine serving calls with API clients kept between them.
 //! - [`client_pool`]: the daemon's API clients, kept between calls.
+//! - [`conf_writer`]: plumb's CNI configuration on the node, written by the daemon.
 //! - [`files`]: files the configuration names, read without waiting or reading on.
 //! - [`log`]: the log, Multus's line format.
 //! - [`standalone`]: `plumb attach`, `detach`, `plan` and `status`, with or without a cluster.
@@ -30,6 +31,7 @@
 pub mod client_pool;
 pub mod cluster;
 pub mod cnitool;
+pub mod conf_writer;
 pub mod config;
 pub mod container_lock;
 pub mod daemon;

@@ -29,6 +29,10 @@ use crate::record::RecordStore;
 /// Where plumb's configuration is read from by default: the file the daemon would install.
 pub const DEFAULT_CONFIG: &str = "/etc/cni/net.d/00-plumb.conf";
 
+/// What `plumb daemon --write-config` writes (conf_writer.rs), read when [`DEFAULT_CONFIG`] is
+/// not there.
+pub const DEFAULT_CONFLIST: &str = "/etc/cni/net.d/00-plumb.conflist";
+
 /// What every standalone command needs to find networks.
 #[derive(Debug, clap::Args)]
 pub struct Source {
@@ -86,13 +90,42 @@ pub struct PlanArgs {
     pub source: Source,
 }
 
+/// plumb's configuration from `path`: the object a runtime gives plumb on stdin, or a
+/// configuration list holding plumb (the daemon writes one), read as the runtime would give
+/// its plumb entry. The default path falls back to the daemon's list when missing.
 fn read_config(path: &Path) -> Result<Config, CniError> {
+    let path = if path == Path::new(DEFAULT_CONFIG)
+        && !path.exists()
+        && Path::new(DEFAULT_CONFLIST).exists()
+    {
+        Path::new(DEFAULT_CONFLIST)
+    } else {
+        path
+    };
     let bytes = cni::files::read_bounded(path, cni::conf_dir::MAX_CONF_FILE).map_err(|e| {
         CniError::new(
             ErrorCode::Io,
             format!("plumb configuration {}: {e}", path.display()),
         )
     })?;
+    let list = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .filter(|v| v.get("plugins").is_some());
+    let bytes = match list {
+        None => bytes,
+        Some(list) => crate::conf_writer::plumb_stdin(&list)
+            .ok_or_else(|| {
+                CniError::new(
+                    ErrorCode::InvalidConfig,
+                    format!(
+                        "{}: a configuration list without a plugin of type \"plumb\"",
+                        path.display()
+                    ),
+                )
+            })?
+            .to_string()
+            .into_bytes(),
+    };
     Config::parse(&bytes).map_err(|e| e.context(path.display()))
 }
 
@@ -489,6 +522,37 @@ mod tests {
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
         Config::parse(c.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_configuration_list_is_read_as_the_runtime_gives_plumb_its_entry() {
+        // What the daemon writes (`00-plumb.conflist`) is what `plan`, `attach` and `status`
+        // read on such a node: plumb's entry with the list's name and version.
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("00-plumb.conflist");
+        std::fs::write(
+            &f,
+            json!({"cniVersion": "0.4.0", "name": "plumb-cni-network", "plugins": [
+                {"type": "plumb", "logLevel": "debug",
+                 "delegates": [{"cniVersion": "0.4.0", "name": "d", "type": "bridge"}]}]})
+            .to_string(),
+        )
+        .unwrap();
+        let c = read_config(&f).unwrap();
+        assert_eq!(c.delegates[0]["name"], "d");
+        assert_eq!(c.cni_version.to_string(), "0.4.0");
+        std::fs::write(
+            &f,
+            json!({"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "bridge"}]})
+                .to_string(),
+        )
+        .unwrap();
+        let e = read_config(&f).unwrap_err();
+        assert_eq!(e.code, 7);
+        assert!(
+            e.msg.contains("00-plumb.conflist") && e.msg.contains("without a plugin of type"),
+            "{e}"
+        );
     }
 
     fn source(kubeconfig: Option<PathBuf>) -> Source {

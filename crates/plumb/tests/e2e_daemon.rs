@@ -35,11 +35,16 @@ impl Daemon {
     /// [`Daemon::start`], run as `uid` when given. Returns once `socket` names a socket the
     /// daemon listens on: not the one that was there before, which it replaces.
     fn start_as(socket: &Path, uid: Option<u32>) -> Daemon {
+        Daemon::start_with(socket, uid, &[])
+    }
+
+    /// [`Daemon::start_as`], with `more` arguments.
+    fn start_with(socket: &Path, uid: Option<u32>, more: &[&std::ffi::OsStr]) -> Daemon {
         let before = fs::symlink_metadata(socket)
             .ok()
             .map(|m| (m.dev(), m.ino()));
         let mut command = Command::new(env!("CARGO_BIN_EXE_plumb"));
-        command.args(["daemon", "--socket"]).arg(socket);
+        command.args(["daemon", "--socket"]).arg(socket).args(more);
         if let Some(uid) = uid {
             command.uid(uid).gid(uid);
         }
@@ -1133,4 +1138,149 @@ fn a_del_whose_shim_was_killed_at_any_point_is_finished_by_the_next_one() {
     c.kill_at_any_point("DEL", |c, (ns, pod, cid)| {
         ok(&c.call("ADD", ns, pod, cid));
     });
+}
+
+#[test]
+fn a_daemon_writes_plumbs_configuration_once_the_default_network_is_there_and_pods_attach_through_it()
+ {
+    // DESIGN.md "Paths": plumb's CNI configuration, written by the daemon once the default
+    // network is ready. The runtime here is `plumb cni`, which runs a configuration list from
+    // a directory as libcni does (cnitool), so the pod is attached from the written file alone.
+    let c = Cluster::new(191);
+    let socket = socket_of(&c);
+    let net_d = c.node.path("net.d");
+    fs::create_dir_all(&net_d).unwrap();
+    // The template: the test's configuration but what the daemon fills in.
+    let mut template = c.config.clone();
+    for k in ["cniVersion", "name", "type", "clusterNetwork"] {
+        template.as_object_mut().unwrap().remove(k);
+    }
+    let template_file = c.node.path("template.json");
+    fs::write(&template_file, template.to_string()).unwrap();
+    let daemon = Daemon::start_with(
+        &socket,
+        None,
+        &[
+            "--write-config".as_ref(),
+            template_file.as_os_str(),
+            "--cni-conf-dir".as_ref(),
+            net_d.as_os_str(),
+        ],
+    );
+    let written = net_d.join("00-plumb.conflist");
+    daemon.wait_for("no configuration of a default network");
+    assert!(
+        !written.exists(),
+        "written before the default network was there"
+    );
+
+    // The default network's configuration arrives, as a network plugin's DaemonSet writes it:
+    // the cluster network's bridge, and portmap, whose capability plumb must then declare.
+    let nad = c
+        .api
+        .get(
+            testkit::kube_api::Resource::NetworkAttachmentDefinitions,
+            "kube-system",
+            "default-net",
+        )
+        .unwrap();
+    let bridge: serde_json::Value =
+        serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap();
+    let default_network = json!({
+        "cniVersion": "1.0.0", "name": "cluster-net",
+        "plugins": [bridge, {"type": "portmap", "capabilities": {"portMappings": true}}],
+    });
+    fs::write(
+        net_d.join("10-cluster.conflist"),
+        default_network.to_string(),
+    )
+    .unwrap();
+    daemon.wait_for("wrote");
+    let conf: serde_json::Value = serde_json::from_slice(&fs::read(&written).unwrap()).unwrap();
+    let plumb = &conf["plugins"][0];
+    assert_eq!(conf["cniVersion"], "1.0.0");
+    assert_eq!(plumb["type"], "plumb");
+    assert_eq!(plumb["delegates"], json!([default_network]));
+    assert_eq!(plumb["capabilities"], json!({"portMappings": true}));
+    assert_eq!(plumb["plumbDaemonSocket"], json!(socket));
+
+    // A pod on net-a attached by the runtime from that file, through the daemon.
+    let uid = c.pod("default", "w", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let runtime = |op: &str| {
+        let plumb_dir = Path::new(env!("CARGO_BIN_EXE_plumb")).parent().unwrap();
+        Command::new(env!("CARGO_BIN_EXE_plumb"))
+            .args(["cni", op, "plumb-cni-network"])
+            .arg(ns.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("NETCONFPATH", &net_d)
+            .env("CNI_PATH", plumb_dir)
+            .env("CNI_CACHE_DIR", c.node.path("runtime-cache"))
+            .env(
+                "CAP_ARGS",
+                r#"{"portMappings":[{"hostPort":18691,"containerPort":80,"protocol":"tcp"}]}"#,
+            )
+            .env("CNI_ARGS", pod_args(("default", "w", &uid), "c-written"))
+            .output()
+            .unwrap()
+    };
+    let out = runtime("add");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(forwarded(&out), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(ns.addresses("eth0"), ["10.191.1.2/24"]);
+    assert_eq!(ns.addresses("net1"), ["10.191.2.2/24"]);
+    let status = c.status_of("default", "w").unwrap();
+    assert_eq!(status[0]["name"], "cluster-net");
+    assert_eq!(status[1]["name"], "default/net-a");
+    // The runtime's port mappings reached the default network's portmap, through plumb.
+    let cached: Vec<serde_json::Value> = fs::read_dir(c.node.cache_dir().join("results"))
+        .unwrap()
+        .map(|e| serde_json::from_slice(&fs::read(e.unwrap().path()).unwrap()).unwrap())
+        .collect();
+    let entry = cached
+        .iter()
+        .find(|e| e["networkName"] == "cluster-net")
+        .expect("the default network's cache entry");
+    assert_eq!(
+        entry["capabilityArgs"]["portMappings"][0]["hostPort"], 18691,
+        "{entry}"
+    );
+    let out = runtime("del");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(ns.links(), ["lo"]);
+    c.assert_node_clean("after the DEL");
+
+    // The default network's configuration goes (its plugin uninstalled, or taking the node
+    // out): so does plumb's, or the runtime would go on calling a default network that is not
+    // there. It comes back with it, changed, and stays when the daemon stops: the plugin then
+    // runs the calls itself.
+    fs::remove_file(net_d.join("10-cluster.conflist")).unwrap();
+    daemon.wait_for("removed");
+    assert!(!written.exists());
+    let mut changed = default_network.clone();
+    changed["plugins"].as_array_mut().unwrap().pop();
+    fs::write(net_d.join("10-cluster.conflist"), changed.to_string()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while daemon.said().matches("plumb daemon: wrote").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "not written again: {}",
+            daemon.said()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, _) = daemon.stop();
+    assert!(status.success());
+    let conf: serde_json::Value = serde_json::from_slice(&fs::read(&written).unwrap()).unwrap();
+    assert_eq!(conf["plugins"][0]["delegates"], json!([changed]));
+    assert!(conf["plugins"][0].get("capabilities").is_none(), "{conf}");
 }
