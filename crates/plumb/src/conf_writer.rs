@@ -209,8 +209,8 @@ impl ConfWriter {
                 });
                 continue;
             }
-            if !conf["cniVersion"].is_string() {
-                return Err(format!("{}: no \"cniVersion\"", path.display()));
+            if let Some(why) = unusable(&conf) {
+                return Err(format!("{}: {why}", path.display()));
             }
             return Ok(Found::Conf(name, conf, skipped));
         }
@@ -245,11 +245,7 @@ impl ConfWriter {
     /// already. The reason said warns of a configuration `skipped` that the runtime takes
     /// before plumb's (one that sorts before it by name).
     fn write(&self, name: &str, conf: &Value, skipped: &[Skipped]) -> Step {
-        let list = json!({
-            "cniVersion": conf["cniVersion"],
-            "name": NETWORK_NAME,
-            "plugins": [plugin_entry(&self.template, conf)],
-        });
+        let list = conflist(&self.template, conf);
         let mut bytes = serde_json::to_vec_pretty(&list).expect("JSON values serialize");
         bytes.push(b'\n');
         let path = self.output();
@@ -360,6 +356,35 @@ fn plugin_entry(template: &Map<String, Value>, conf: &Value) -> Value {
     entry.insert("type".into(), json!("plumb"));
     entry.insert("delegates".into(), json!([conf]));
     Value::Object(entry)
+}
+
+/// plumb's configuration list from the `template` keys for the default network `conf`.
+pub fn conflist(template: &Map<String, Value>, conf: &Value) -> Value {
+    json!({
+        "cniVersion": conf["cniVersion"],
+        "name": NETWORK_NAME,
+        "plugins": [plugin_entry(template, conf)],
+    })
+}
+
+/// Why the plugin could not take `conf` as its default network, if it could not: it must
+/// have a `cniVersion` that plumb answers in (the list's is the default network's), and read as
+/// every ADD reads `delegates[0]` (plan.rs). A configuration that fails so (half written, or
+/// broken) is waited for rather than written: written, the node would look ready to the
+/// runtime, which without plumb would not take it either, and every pod's ADD would fail.
+pub fn unusable(conf: &Value) -> Option<String> {
+    if !conf["cniVersion"].is_string() {
+        return Some("no \"cniVersion\"".into());
+    }
+    let list = cni::NetworkConfigList::from_any_bytes(conf.to_string().as_bytes())
+        .and_then(|l| l.require_plugins());
+    if let Err(e) = list {
+        return Some(e.msg);
+    }
+    let stdin = plumb_stdin(&conflist(&Map::new(), conf)).expect("the list has plumb's entry");
+    Config::parse(stdin.to_string().as_bytes())
+        .err()
+        .map(|e| e.msg)
 }
 
 /// What a runtime gives plumb on stdin from the configuration list `list`: its (first) plugin
@@ -535,6 +560,27 @@ mod tests {
         assert!(
             matches!(w.step(), Step::Waiting(why) if why.contains("05-a.conf: no \"cniVersion\""))
         );
+        // Nor one that every ADD would refuse: a version plumb does not answer in, a list
+        // without a name or without plugins.
+        for (broken, said) in [
+            (bridge("a", "9.9.9"), "no supported CNI version"),
+            (
+                json!({"cniVersion": "1.0.0", "plugins": [{"type": "bridge"}]}),
+                "name",
+            ),
+            (
+                json!({"cniVersion": "1.0.0", "name": "a", "plugins": []}),
+                "plugins",
+            ),
+        ] {
+            put(&w, "05-a.conf", &broken);
+            let step = w.step();
+            assert!(
+                matches!(&step, Step::Waiting(why) if why.contains("05-a.conf: ") && why.contains(said)),
+                "{broken}: {step:?}"
+            );
+            assert!(!w.output().exists());
+        }
         put(&w, "05-a.conf", &bridge("a", "1.0.0"));
         assert!(matches!(w.step(), Step::Wrote(why) if why.contains("05-a.conf (a)")));
     }
