@@ -1366,3 +1366,82 @@ fn one_transient_api_failure_at_any_request_of_an_add_is_ridden_out() {
         }
     }
 }
+
+/// What an RBAC rule of deploy/rbac.yaml must grant for `request`: its API group, its
+/// resource (`pods/status` for a subresource) and its verb, as the API server authorizes it.
+fn authorized_as(request: &testkit::kube_api::LoggedRequest) -> (String, String, String) {
+    let parts: Vec<&str> = request.path.trim_matches('/').split('/').collect();
+    // /api/v1/namespaces/NS/RESOURCE[/NAME[/SUB]] or /apis/GROUP/VERSION/namespaces/NS/…
+    let (group, rest) = match parts.as_slice() {
+        ["api", _, "namespaces", _, rest @ ..] => ("", rest),
+        ["apis", group, _, "namespaces", _, rest @ ..] => (*group, rest),
+        _ => panic!("a request outside a namespace: {}", request.path),
+    };
+    let resource = match rest {
+        [resource, _, sub] => format!("{resource}/{sub}"),
+        [resource, ..] => resource.to_string(),
+        [] => panic!("no resource: {}", request.path),
+    };
+    let verb = match (request.method.as_str(), rest.len()) {
+        ("GET", 1) if request.query.contains("watch=") => "watch",
+        ("GET", 1) => "list",
+        ("GET", _) => "get",
+        ("POST", _) => "create",
+        ("PATCH", _) => "patch",
+        ("PUT", _) => "update",
+        ("DELETE", _) => "delete",
+        (m, _) => panic!("method {m}: {}", request.path),
+    };
+    (group.into(), resource, verb.into())
+}
+
+#[test]
+fn deploy_rbac_yaml_grants_every_request_plumb_makes_and_nothing_else() {
+    // An operator binds deploy/rbac.yaml to plumb's identity: a request it does not grant
+    // fails pods on a real cluster (403), which the stand-in, granting everything, would not
+    // show; a grant no request uses is privilege a node's credentials need not carry.
+    let rbac = plumb::objects::read_file(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac.yaml"),
+    )
+    .unwrap();
+    let role = rbac
+        .iter()
+        .find(|o| o.kind() == "ClusterRole")
+        .expect("a ClusterRole");
+    let mut granted = std::collections::BTreeSet::new();
+    for rule in role.value["rules"].as_array().unwrap() {
+        for group in rule["apiGroups"].as_array().unwrap() {
+            for resource in rule["resources"].as_array().unwrap() {
+                for verb in rule["verbs"].as_array().unwrap() {
+                    granted.insert((
+                        group.as_str().unwrap().to_string(),
+                        resource.as_str().unwrap().to_string(),
+                        verb.as_str().unwrap().to_string(),
+                    ));
+                }
+            }
+        }
+    }
+
+    // Everything plumb does with the API: a pod on three networks with attachment events, its
+    // DEL, a pod whose NAD is missing (a warning event) and its DEL without a record.
+    let c = Cluster::new(190).with("plumbAttachmentEvents", json!(true));
+    let uid = c.pod(
+        "default",
+        "web",
+        json!({NETWORKS: "net-a,other-ns/net-b@mv1"}),
+    );
+    let ns = Netns::new();
+    ok(&c.call("ADD", &ns, ("default", "web", &uid), "crbac"));
+    ok(&c.call("DEL", &ns, ("default", "web", &uid), "crbac"));
+    let uid = c.pod("default", "nonad", json!({NETWORKS: "missing-net"}));
+    err(&c.call("ADD", &ns, ("default", "nonad", &uid), "crbac2"));
+    ok(&c.call("DEL", &ns, ("default", "nonad", &uid), "crbac2"));
+    c.assert_nothing_left(&ns, "crbac2");
+
+    let used: std::collections::BTreeSet<_> = c.api.requests().iter().map(authorized_as).collect();
+    let not_granted: Vec<_> = used.difference(&granted).collect();
+    assert!(not_granted.is_empty(), "not granted: {not_granted:?}");
+    let not_used: Vec<_> = granted.difference(&used).collect();
+    assert!(not_used.is_empty(), "granted, never used: {not_used:?}");
+}
