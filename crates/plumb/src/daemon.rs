@@ -26,7 +26,8 @@
 //! container's lock, whichever process runs it.
 //!
 //! With `--write-config` it also writes plumb's CNI configuration on the node once the default
-//! network's is there, and keeps it in step (conf_writer.rs).
+//! network's is there, and keeps it in step (conf_writer.rs); with `--write-kubeconfig`, a
+//! kubeconfig from its service account, kept current (kubeconfig_writer.rs).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
@@ -43,6 +44,7 @@ use hyper::{Request, Response, StatusCode};
 
 use crate::client_pool::ClientPool;
 use crate::conf_writer::{ConfWriter, Step};
+use crate::kubeconfig_writer::{KubeconfigWriter, SERVICE_ACCOUNT_DIR};
 use crate::plugin::{Caller, NetlinkRoutes, Plumb};
 use crate::shim;
 
@@ -76,6 +78,71 @@ pub struct Args {
     /// the first configuration file there by name, as the runtime would take it without plumb.
     #[arg(long, value_name = "FILE", requires = "write_config")]
     pub primary_config: Option<String>,
+    /// Write a kubeconfig for plumb at this path (as this process sees it) from the daemon's
+    /// own service account, with its token and CA certificate copied beside it and kept
+    /// current as the kubelet rotates them (kubeconfig_writer.rs). With `--write-config`, plumb's
+    /// configuration is written only once this is.
+    #[arg(long, value_name = "PATH")]
+    pub write_kubeconfig: Option<PathBuf>,
+    /// Where the service account's `token` and `ca.crt` are.
+    #[arg(long, default_value = SERVICE_ACCOUNT_DIR, requires = "write_kubeconfig")]
+    pub service_account_dir: PathBuf,
+}
+
+/// The files the daemon keeps on the node: a kubeconfig from its service account, and plumb's
+/// CNI configuration, each when asked for.
+struct NodeFiles {
+    kubeconfig: Option<KubeconfigWriter>,
+    conf: Option<ConfWriter>,
+    /// Whether the kubeconfig has been written (or none is kept): plumb's configuration,
+    /// which names it, is written only then, or every ADD would fail on a missing file.
+    kubeconfig_ready: bool,
+}
+
+impl NodeFiles {
+    fn keeps_any(&self) -> bool {
+        self.kubeconfig.is_some() || self.conf.is_some()
+    }
+
+    /// One look at each, saying on stderr what changed.
+    fn step(&mut self) {
+        fn say(output: &Path, step: Step) {
+            match step {
+                Step::Same => {}
+                Step::Wrote(why) => eprintln!("plumb daemon: wrote {}: {why}", output.display()),
+                Step::Removed(why) => {
+                    eprintln!("plumb daemon: removed {}: {why}", output.display())
+                }
+                Step::Waiting(why) => {
+                    eprintln!("plumb daemon: not writing {} yet: {why}", output.display())
+                }
+            }
+        }
+        if let Some(k) = &mut self.kubeconfig {
+            let step = k.step();
+            self.kubeconfig_ready |= matches!(step, Step::Same | Step::Wrote(_));
+            say(k.output(), step);
+        }
+        if let Some(c) = &mut self.conf
+            && self.kubeconfig_ready
+        {
+            let output = c.output();
+            say(&output, c.step());
+        }
+    }
+
+    /// Stops keeping them: another daemon does now.
+    fn hand_over(&mut self) {
+        let outputs = self
+            .kubeconfig
+            .take()
+            .map(|k| k.output().to_path_buf())
+            .into_iter()
+            .chain(self.conf.take().map(|c| c.output()));
+        for output in outputs {
+            eprintln!("plumb daemon: no longer keeping {}", output.display());
+        }
+    }
 }
 
 /// What every call shares.
@@ -102,7 +169,7 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         Signals::register()?
     };
     // Before the socket is bound: a template with a mistyped key stops the daemon at once.
-    let writer = match &args.write_config {
+    let conf = match &args.write_config {
         Some(template) => Some(ConfWriter::new(
             template,
             args.cni_conf_dir.clone(),
@@ -110,6 +177,19 @@ pub fn run(args: &Args) -> Result<(), CniError> {
             &args.socket,
         )?),
         None => None,
+    };
+    let kubeconfig = match &args.write_kubeconfig {
+        Some(path) => Some(KubeconfigWriter::new(
+            path.clone(),
+            args.service_account_dir.clone(),
+            |v| std::env::var(v).ok(),
+        )?),
+        None => None,
+    };
+    let files = NodeFiles {
+        kubeconfig_ready: kubeconfig.is_none(),
+        kubeconfig,
+        conf,
     };
     // Not the owner of /proc/self, which is root whenever the process is not dumpable.
     let uid = nix::unistd::geteuid().as_raw();
@@ -138,7 +218,7 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         ours,
         Arc::clone(&shared),
         signals,
-        writer,
+        files,
     ));
     // The socket goes first: a shim that comes now runs its call in thin mode. Only if it is
     // still the one this daemon bound: another daemon may have taken the path over (and serves
@@ -325,7 +405,7 @@ async fn serve(
     ours: (u64, u64),
     shared: Arc<Shared>,
     mut signals: Signals,
-    mut writer: Option<ConfWriter>,
+    mut files: NodeFiles,
 ) -> Result<(), CniError> {
     let mut listener = Some(listener);
     let mut watch = tokio::time::interval(WATCH);
@@ -336,22 +416,8 @@ async fn serve(
     loop {
         let stream = tokio::select! {
             () = signals.recv() => break,
-            _ = conf_watch.tick(), if writer.is_some() && listener.is_some() => {
-                let w = writer.as_mut().expect("ticks only with a writer");
-                let output = w.output();
-                match w.step() {
-                    Step::Same => {}
-                    Step::Wrote(why) => {
-                        eprintln!("plumb daemon: wrote {}: {why}", output.display());
-                    }
-                    Step::Removed(why) => {
-                        eprintln!("plumb daemon: removed {}: {why}", output.display());
-                    }
-                    Step::Waiting(why) => eprintln!(
-                        "plumb daemon: not writing {} yet: {why}",
-                        output.display()
-                    ),
-                }
+            _ = conf_watch.tick(), if files.keeps_any() && listener.is_some() => {
+                files.step();
                 continue;
             }
             _ = watch.tick(), if listener.is_some() => {
@@ -370,14 +436,9 @@ async fn serve(
                         shared.running.load(Ordering::SeqCst)
                     );
                     serve_queued(lost, &shared);
-                    // The daemon that took the socket keeps the configuration now; two
-                    // writers from two templates would rewrite it in turn.
-                    if let Some(w) = writer.take() {
-                        eprintln!(
-                            "plumb daemon: no longer keeping {}",
-                            w.output().display()
-                        );
-                    }
+                    // The daemon that took the socket keeps the files now; two writers
+                    // from two templates would rewrite them in turn.
+                    files.hand_over();
                 }
                 continue;
             }

@@ -22,6 +22,7 @@
 //! - [`daemon`]: `plumb daemon`, the engine serving calls with API clients kept between them.
 //! - [`client_pool`]: the daemon's API clients, kept between calls.
 //! - [`conf_writer`]: plumb's CNI configuration on the node, written by the daemon.
+//! - [`kubeconfig_writer`]: a kubeconfig from the daemon's service account, kept current.
 //! - [`files`]: files the configuration names, read without waiting or reading on.
 //! - [`log`]: the log, Multus's line format.
 //! - [`standalone`]: `plumb attach`, `detach`, `plan` and `status`, with or without a cluster.
@@ -37,6 +38,7 @@ pub mod container_lock;
 pub mod daemon;
 pub mod devices;
 pub mod execute;
+pub mod kubeconfig_writer;
 pub mod log;
 pub mod multus_cache;
 pub mod networks;

@@ -35,16 +35,25 @@ impl Daemon {
     /// [`Daemon::start`], run as `uid` when given. Returns once `socket` names a socket the
     /// daemon listens on: not the one that was there before, which it replaces.
     fn start_as(socket: &Path, uid: Option<u32>) -> Daemon {
-        Daemon::start_with(socket, uid, &[])
+        Daemon::start_with(socket, uid, &[], &[])
     }
 
-    /// [`Daemon::start_as`], with `more` arguments.
-    fn start_with(socket: &Path, uid: Option<u32>, more: &[&std::ffi::OsStr]) -> Daemon {
+    /// [`Daemon::start_as`], with `more` arguments and `env` in its environment.
+    fn start_with(
+        socket: &Path,
+        uid: Option<u32>,
+        more: &[&std::ffi::OsStr],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let before = fs::symlink_metadata(socket)
             .ok()
             .map(|m| (m.dev(), m.ino()));
         let mut command = Command::new(env!("CARGO_BIN_EXE_plumb"));
-        command.args(["daemon", "--socket"]).arg(socket).args(more);
+        command
+            .args(["daemon", "--socket"])
+            .arg(socket)
+            .args(more)
+            .envs(env.iter().copied());
         if let Some(uid) = uid {
             command.uid(uid).gid(uid);
         }
@@ -1140,6 +1149,32 @@ fn a_del_whose_shim_was_killed_at_any_point_is_finished_by_the_next_one() {
     });
 }
 
+/// `op` (`add`, `del`) of `plumb-cni-network` for the pod in `ns` by `plumb cni`, which runs
+/// a configuration list from the directory `net_d` as libcni does (cnitool), with `CNI_ARGS`
+/// `args` and capability arguments `caps`: the runtime, reading only the files there.
+fn from_conf_dir(
+    c: &Cluster,
+    net_d: &Path,
+    op: &str,
+    ns: &Netns,
+    args: &str,
+    caps: &str,
+) -> std::process::Output {
+    let plumb_dir = Path::new(env!("CARGO_BIN_EXE_plumb")).parent().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["cni", op, "plumb-cni-network"])
+        .arg(ns.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("NETCONFPATH", net_d)
+        .env("CNI_PATH", plumb_dir)
+        .env("CNI_CACHE_DIR", c.node.path("runtime-cache"))
+        .env("CAP_ARGS", caps)
+        .env("CNI_ARGS", args)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_daemon_writes_plumbs_configuration_once_the_default_network_is_there_and_pods_attach_through_it()
  {
@@ -1166,6 +1201,7 @@ fn a_daemon_writes_plumbs_configuration_once_the_default_network_is_there_and_po
             "--cni-conf-dir".as_ref(),
             net_d.as_os_str(),
         ],
+        &[],
     );
     let written = net_d.join("00-plumb.conflist");
     daemon.wait_for("no configuration of a default network");
@@ -1208,22 +1244,14 @@ fn a_daemon_writes_plumbs_configuration_once_the_default_network_is_there_and_po
     let uid = c.pod("default", "w", json!({NETWORKS: "net-a"}));
     let ns = Netns::new();
     let runtime = |op: &str| {
-        let plumb_dir = Path::new(env!("CARGO_BIN_EXE_plumb")).parent().unwrap();
-        Command::new(env!("CARGO_BIN_EXE_plumb"))
-            .args(["cni", op, "plumb-cni-network"])
-            .arg(ns.path())
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("NETCONFPATH", &net_d)
-            .env("CNI_PATH", plumb_dir)
-            .env("CNI_CACHE_DIR", c.node.path("runtime-cache"))
-            .env(
-                "CAP_ARGS",
-                r#"{"portMappings":[{"hostPort":18691,"containerPort":80,"protocol":"tcp"}]}"#,
-            )
-            .env("CNI_ARGS", pod_args(("default", "w", &uid), "c-written"))
-            .output()
-            .unwrap()
+        from_conf_dir(
+            &c,
+            &net_d,
+            op,
+            &ns,
+            &pod_args(("default", "w", &uid), "c-written"),
+            r#"{"portMappings":[{"hostPort":18691,"containerPort":80,"protocol":"tcp"}]}"#,
+        )
     };
     let out = runtime("add");
     assert!(
@@ -1283,4 +1311,118 @@ fn a_daemon_writes_plumbs_configuration_once_the_default_network_is_there_and_po
     let conf: serde_json::Value = serde_json::from_slice(&fs::read(&written).unwrap()).unwrap();
     assert_eq!(conf["plugins"][0]["delegates"], json!([changed]));
     assert!(conf["plugins"][0].get("capabilities").is_none(), "{conf}");
+}
+
+#[test]
+fn a_daemon_keeps_a_kubeconfig_from_its_service_account_and_pods_attach_after_the_token_rotates() {
+    // Multus's installer wrote the token into its kubeconfig once, and pods failed with
+    // Unauthorized once it expired (multus-reference.md §5.1). The daemon, in a pod, copies
+    // its service account's token beside the kubeconfig it writes, again at each rotation.
+    let c = Cluster::new(185);
+    let socket = socket_of(&c);
+    let (net_d, sa) = (c.node.path("net.d"), c.node.path("serviceaccount"));
+    fs::create_dir_all(&net_d).unwrap();
+    fs::create_dir_all(&sa).unwrap();
+    let old_token = fs::read_to_string(&c.token_file).unwrap();
+    fs::write(sa.join("token"), &old_token).unwrap();
+    fs::write(sa.join("ca.crt"), c.api.ca_pem().unwrap()).unwrap();
+    let kubeconfig = net_d.join("plumb.d/plumb.kubeconfig");
+    let mut template = c.config.clone();
+    for k in ["cniVersion", "name", "type", "clusterNetwork"] {
+        template.as_object_mut().unwrap().remove(k);
+    }
+    template["kubeconfig"] = json!(kubeconfig);
+    let template_file = c.node.path("template.json");
+    fs::write(&template_file, template.to_string()).unwrap();
+    let nad = c
+        .api
+        .get(
+            testkit::kube_api::Resource::NetworkAttachmentDefinitions,
+            "kube-system",
+            "default-net",
+        )
+        .unwrap();
+    let mut default_network: serde_json::Value =
+        serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap();
+    default_network["name"] = json!("cluster-net");
+    fs::write(net_d.join("10-cluster.conf"), default_network.to_string()).unwrap();
+    let (host, port) = (
+        c.api.addr().ip().to_string(),
+        c.api.addr().port().to_string(),
+    );
+    let daemon = Daemon::start_with(
+        &socket,
+        None,
+        &[
+            "--write-config".as_ref(),
+            template_file.as_os_str(),
+            "--cni-conf-dir".as_ref(),
+            net_d.as_os_str(),
+            "--write-kubeconfig".as_ref(),
+            kubeconfig.as_os_str(),
+            "--service-account-dir".as_ref(),
+            sa.as_os_str(),
+        ],
+        &[
+            ("KUBERNETES_SERVICE_HOST", &host),
+            ("KUBERNETES_SERVICE_PORT", &port),
+        ],
+    );
+    // The kubeconfig first, then plumb's configuration that names it.
+    let said = daemon.wait_for("00-plumb.conflist");
+    let (k, conf) = (
+        said.find("plumb.kubeconfig").unwrap(),
+        said.find("00-plumb.conflist").unwrap(),
+    );
+    assert!(k < conf, "{said}");
+
+    let pod = |name: &str, cid: &str| {
+        let uid = c.pod("default", name, json!({NETWORKS: "net-a"}));
+        let ns = Netns::new();
+        let args = pod_args(("default", name, &uid), cid);
+        let out = from_conf_dir(&c, &net_d, "add", &ns, &args, "{}");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(forwarded(&out));
+        assert_eq!(ns.links().len(), 3, "lo, eth0 and net1");
+        let out = from_conf_dir(&c, &net_d, "del", &ns, &args, "{}");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    pod("before", "c-before");
+    assert!(
+        c.api
+            .requests()
+            .iter()
+            .all(|r| r.bearer_token.as_deref() == Some(old_token.trim())),
+        "the service account's token"
+    );
+
+    // The kubelet rotates the service account's token; the old one is revoked.
+    let new_token = "rotated-token-185";
+    c.api.accept_token(new_token);
+    c.api.revoke_token(old_token.trim());
+    fs::write(sa.join("token"), new_token).unwrap();
+    daemon.wait_for("plumb.kubeconfig: token from");
+    c.api.clear_requests();
+    pod("after", "c-after");
+    assert!(
+        c.api
+            .requests()
+            .iter()
+            .all(|r| r.bearer_token.as_deref() == Some(new_token) && r.status < 400),
+        "{:?}",
+        c.api
+            .requests()
+            .iter()
+            .map(|r| (&r.path, r.status))
+            .collect::<Vec<_>>()
+    );
+    c.assert_node_clean("after both pods");
 }

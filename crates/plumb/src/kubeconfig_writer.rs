@@ -1,0 +1,221 @@
+//! A kubeconfig for plumb on the node from the daemon's own service account, kept current:
+//! `plumb daemon --write-kubeconfig PATH` writes PATH, with the service account's token and CA
+//! certificate beside it (`token`, `ca.crt`), and copies them again whenever the kubelet
+//! rotates them (looked at every second).
+//!
+//! Multus's thin installer wrote its kubeconfig once, with the token inside it, so bound tokens
+//! expired under it and pods failed with `Unauthorized` an hour or a year later (its most
+//! reported failure, multus-reference.md §5.1). Here the kubeconfig names its token by file
+//! (`tokenFile`), which plumb reads again on every call (issue 4, "re-reading a
+//! service-account token file on every call"), and the file is kept current; and it names
+//! both files relative to itself (kubectl, kube-rs and plumb read such names from the
+//! kubeconfig's directory), so it holds no path of the daemon's container: the node reads it
+//! where the node has it. The API server is the one a pod reaches, `KUBERNETES_SERVICE_HOST`
+//! and `KUBERNETES_SERVICE_PORT`, as Multus's.
+
+use std::path::{Path, PathBuf};
+
+use cni::error::{CniError, ErrorCode};
+use serde_json::json;
+
+use crate::conf_writer::Step;
+
+/// Where a pod finds its service account's token and CA certificate.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The most of a token or certificate read: a token is 1-2 KiB, a CA bundle a few.
+const MAX_CREDENTIAL: u64 = 1 << 20;
+
+/// Writes and keeps a kubeconfig and the credentials it names.
+#[derive(Debug)]
+pub struct KubeconfigWriter {
+    path: PathBuf,
+    service_account: PathBuf,
+    server: String,
+    /// The last reason for waiting, so that each is said once.
+    waiting: Option<String>,
+}
+
+impl KubeconfigWriter {
+    /// A writer of `path` from the service account in `service_account`, for the API server
+    /// that `env` (`KUBERNETES_SERVICE_HOST`, `KUBERNETES_SERVICE_PORT`) names.
+    pub fn new(
+        path: PathBuf,
+        service_account: PathBuf,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<KubeconfigWriter, CniError> {
+        let var = |name: &str| {
+            env(name).filter(|v| !v.is_empty()).ok_or_else(|| {
+                CniError::new(
+                    ErrorCode::InvalidConfig,
+                    format!(
+                        "--write-kubeconfig: {name} is not set: the API server's address comes \
+                         from the environment Kubernetes gives a pod (run the daemon in one)"
+                    ),
+                )
+            })
+        };
+        let (host, port) = (
+            var("KUBERNETES_SERVICE_HOST")?,
+            var("KUBERNETES_SERVICE_PORT")?,
+        );
+        // An IPv6 address goes in brackets in a URL.
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        if path.file_name().is_none() || path.parent().is_none() {
+            return Err(CniError::new(
+                ErrorCode::InvalidConfig,
+                format!("--write-kubeconfig {}: not a file's path", path.display()),
+            ));
+        }
+        Ok(KubeconfigWriter {
+            path,
+            service_account,
+            server: format!("https://{host}:{port}"),
+            waiting: None,
+        })
+    }
+
+    /// The kubeconfig written.
+    pub fn output(&self) -> &Path {
+        &self.path
+    }
+
+    /// One look: copies the service account's token and CA certificate beside the kubeconfig
+    /// when they differ from the copies there, and writes the kubeconfig when it differs.
+    pub fn step(&mut self) -> Step {
+        let step = self.write();
+        match step {
+            Step::Waiting(why) if self.waiting.as_ref() == Some(&why) => Step::Same,
+            Step::Waiting(why) => {
+                self.waiting = Some(why.clone());
+                Step::Waiting(why)
+            }
+            other => {
+                self.waiting = None;
+                other
+            }
+        }
+    }
+
+    fn write(&self) -> Step {
+        let dir = self.path.parent().expect("checked in new");
+        let read = |name: &str| -> Result<Vec<u8>, String> {
+            let path = self.service_account.join(name);
+            let bytes = cni::files::read_bounded(&path, MAX_CREDENTIAL)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                return Err(format!("{} is empty", path.display()));
+            }
+            Ok(bytes)
+        };
+        let credentials = match (read("token"), read("ca.crt")) {
+            (Ok(token), Ok(ca)) => [("token", token), ("ca.crt", ca)],
+            (Err(why), _) | (_, Err(why)) => return Step::Waiting(why),
+        };
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            return Step::Waiting(format!("cannot make {}: {e}", dir.display()));
+        }
+        let kubeconfig = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "plumb", "cluster": {
+                "server": self.server,
+                // Relative: read from the kubeconfig's directory, wherever the node has it.
+                "certificate-authority": "ca.crt",
+            }}],
+            "users": [{"name": "plumb", "user": {"tokenFile": "token"}}],
+            "contexts": [{"name": "plumb", "context": {"cluster": "plumb", "user": "plumb"}}],
+            "current-context": "plumb",
+        });
+        let mut kubeconfig = serde_json::to_vec_pretty(&kubeconfig).expect("JSON serializes");
+        kubeconfig.push(b'\n');
+        let file_name = self.path.file_name().expect("checked in new").to_owned();
+        let mut changed = Vec::new();
+        // The credentials first: the kubeconfig never names a file not yet there.
+        for (name, bytes) in credentials
+            .iter()
+            .map(|(n, b)| (std::ffi::OsString::from(n), b))
+            .chain(std::iter::once((file_name, &kubeconfig)))
+        {
+            let path = dir.join(&name);
+            if std::fs::read(&path).ok().as_ref() == Some(bytes) {
+                continue;
+            }
+            if let Err(e) = cni::cache::write_durable(&path, bytes) {
+                return Step::Waiting(format!("cannot write {}: {}", path.display(), e.msg));
+            }
+            changed.push(name.to_string_lossy().into_owned());
+        }
+        if changed.is_empty() {
+            Step::Same
+        } else {
+            Step::Wrote(format!(
+                "{} from the service account in {}, for {}",
+                changed.join(", "),
+                self.service_account.display(),
+                self.server
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(host: &'static str) -> impl Fn(&str) -> Option<String> {
+        move |name| match name {
+            "KUBERNETES_SERVICE_HOST" => Some(host.to_string()),
+            "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_credentials_are_copied_beside_the_kubeconfig_and_again_when_rotated() {
+        let d = tempfile::tempdir().unwrap();
+        let sa = d.path().join("sa");
+        std::fs::create_dir(&sa).unwrap();
+        let path = d.path().join("net.d/plumb.d/plumb.kubeconfig");
+        let mut w = KubeconfigWriter::new(path.clone(), sa.clone(), env("fd00::1")).unwrap();
+        // No token yet (the kubelet mounts it): said once, nothing written.
+        assert!(matches!(w.step(), Step::Waiting(why) if why.contains("token")));
+        assert_eq!(w.step(), Step::Same);
+        assert!(!path.exists());
+
+        std::fs::write(sa.join("token"), "t1").unwrap();
+        std::fs::write(sa.join("ca.crt"), "CA").unwrap();
+        assert!(
+            matches!(w.step(), Step::Wrote(why) if why.starts_with("token, ca.crt, plumb.kubeconfig from"))
+        );
+        let kubeconfig: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let cluster = &kubeconfig["clusters"][0]["cluster"];
+        assert_eq!(cluster["server"], "https://[fd00::1]:443");
+        assert_eq!(cluster["certificate-authority"], "ca.crt");
+        assert_eq!(kubeconfig["users"][0]["user"]["tokenFile"], "token");
+        let dir = path.parent().unwrap();
+        assert_eq!(std::fs::read(dir.join("token")).unwrap(), b"t1");
+        assert_eq!(std::fs::read(dir.join("ca.crt")).unwrap(), b"CA");
+        assert_eq!(w.step(), Step::Same);
+
+        // The kubelet rotates the token: the copy follows, nothing else is written.
+        std::fs::write(sa.join("token"), "t2").unwrap();
+        assert!(matches!(w.step(), Step::Wrote(why) if why.starts_with("token from")));
+        assert_eq!(std::fs::read(dir.join("token")).unwrap(), b"t2");
+        // An empty token (mid-rotation) is not copied over a good one.
+        std::fs::write(sa.join("token"), "").unwrap();
+        assert!(matches!(w.step(), Step::Waiting(why) if why.contains("is empty")));
+        assert_eq!(std::fs::read(dir.join("token")).unwrap(), b"t2");
+    }
+
+    #[test]
+    fn outside_a_pod_the_daemon_says_what_is_missing() {
+        let e = KubeconfigWriter::new("/k".into(), "/sa".into(), |_| None).unwrap_err();
+        assert!(e.msg.contains("KUBERNETES_SERVICE_HOST is not set"), "{e}");
+    }
+}
