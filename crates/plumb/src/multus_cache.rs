@@ -88,6 +88,35 @@ pub fn find(cni_dir: &Path, container_id: &str) -> Result<Option<PathBuf>, CniEr
     }
 }
 
+/// The container IDs that have a scratch file under Multus's `cni_dir`: its regular files
+/// whose names are container IDs (CNI spec §2: not `results`, a directory, nor a hidden
+/// temporary file, whose names a container ID cannot have).
+pub fn list(cni_dir: &Path) -> Result<Vec<String>, CniError> {
+    let entries = match fs::read_dir(cni_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(CniError::new(
+                ErrorCode::Io,
+                format!(
+                    "cannot list Multus's scratch caches in {}: {e}",
+                    cni_dir.display()
+                ),
+            ));
+        }
+    };
+    let mut ids: Vec<String> = entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().into_string().ok()?;
+            (e.file_type().ok()?.is_file() && cni::validate::container_id(&name).is_ok())
+                .then_some(name)
+        })
+        .collect();
+    ids.sort();
+    Ok(ids)
+}
+
 /// The delegates of the scratch file at `path`. Conflists without a `cniVersion` get
 /// `cni_version`, Multus's own, as Multus's DEL gives them.
 pub fn load(path: &Path, cni_version: Version) -> Result<Vec<Delegate>, CniError> {

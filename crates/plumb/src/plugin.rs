@@ -900,6 +900,68 @@ impl Plumb<'_> {
             }
             Err(e) => errors.push(e.into()),
         }
+        // Sandboxes Multus attached before plumb replaced it on this node, whose DEL never
+        // came (the node went down with them, say) and that the runtime no longer has: DEL
+        // from Multus's scratch cache as their DEL would have, so that their addresses go even
+        // with delegates that have no GC, and the file with them. One that had a record beside
+        // its file (a DEL that stopped part-way) was deleted above; DEL again is harmless
+        // (CNI spec §3: DEL of what is gone succeeds) and removes the file.
+        match multus_cache::list(&call.config.multus_cni_dir) {
+            Ok(ids) => {
+                let multus_runner = delegates_runner(
+                    &call.config,
+                    &args.path,
+                    &call.log,
+                    call.config.multus_cni_dir.clone(),
+                );
+                let multus_exec = Executor {
+                    cni: &multus_runner,
+                    ..self.executor(call)
+                };
+                for id in ids.iter().filter(|id| !live.contains(id.as_str())) {
+                    let path = call.config.multus_cni_dir.join(id);
+                    // With `cniDir` set, Multus's directory is plumb's own (/var/lib/cni, say),
+                    // where a file of another tool's must not fail every GC: what is no scratch
+                    // cache (or a broken one, which names no delegate to DEL) is passed over,
+                    // logged.
+                    if let Err(e) = multus_cache::load(&path, call.config.cni_version) {
+                        call.log
+                            .verbose(&format!("GC: {id} passed over: {}", e.msg));
+                        continue;
+                    }
+                    let turn = match crate::container_lock::try_take_for(&call.records, id) {
+                        Ok(Some(turn)) => turn,
+                        Ok(None) => {
+                            busy.push(id.clone());
+                            continue;
+                        }
+                        Err(e) => {
+                            errors.push(e.context(format!("GC of stale container {id}")));
+                            busy.push(id.clone());
+                            continue;
+                        }
+                    };
+                    let stale = Sandbox {
+                        container_id: id.clone(),
+                        ..Sandbox::default()
+                    };
+                    // The runtime's interface name for the first network, where Multus kept
+                    // none: every CRI runtime gives `eth0`.
+                    let stale_args = CmdArgs {
+                        container_id: id.clone(),
+                        netns: String::new(),
+                        ifname: "eth0".into(),
+                        ..args.clone()
+                    };
+                    match self.del_from_multus_cache(call, &stale_args, &multus_exec, &stale, &path)
+                    {
+                        Ok(()) => turn.end_for_good(),
+                        Err(e) => errors.push(e.context(format!("GC of stale container {id}"))),
+                    }
+                }
+            }
+            Err(e) => errors.push(e.context("GC")),
+        }
         live.extend(attached_by_hand);
         live.extend(busy);
         match crate::container_lock::sweep_orphans(&call.records) {
@@ -1274,6 +1336,80 @@ mod tests {
             gc[0].stdin_json()["cni.dev/valid-attachments"],
             json!([{"containerID": "c-multus", "ifname": "eth0"}])
         );
+    }
+
+    #[test]
+    fn gc_deletes_the_sandboxes_multus_attached_that_the_runtime_no_longer_has() {
+        // A node moved from Multus that went down with its pods: their DEL never came, and
+        // only Multus's scratch cache says what they were attached to. GC releases them as
+        // their DEL would have (a delegate without GC would hold their addresses for ever),
+        // and leaves the live one, and what is no scratch cache.
+        let d = tempfile::tempdir().unwrap();
+        let (fake, mut config) = one_fake_network(d.path(), "fake-gc", "1.1.0");
+        config["cni.dev/valid-attachments"] = json!([{"containerID": "c-live", "ifname": "eth0"}]);
+        let args = request(&config, "", "");
+        let mut call = Call::new(&args).unwrap();
+        call.config.cni_dir = d.path().join("cni");
+        call.config.multus_cni_dir = d.path().join("multus");
+        call.cni = delegates_runner(&call.config, &[], &call.log, call.config.cni_dir.clone());
+        let net_a = br#"{"cniVersion":"1.1.0","name":"net-a","type":"fake-gc"}"#;
+        let multus = &call.config.multus_cni_dir;
+        std::fs::create_dir_all(multus.join("results")).unwrap();
+        let results = cni::cache::ResultCache::new(multus);
+        for id in ["c-live", "c-gone"] {
+            std::fs::write(
+                multus.join(id),
+                json!([{"Name": "net-a", "Bytes": cni::base64::encode(net_a)}]).to_string(),
+            )
+            .unwrap();
+            results
+                .write(&cni::cache::CachedAttachment {
+                    container_id: id.into(),
+                    config: net_a.to_vec(),
+                    if_name: "eth0".into(),
+                    network_name: "net-a".into(),
+                    netns: format!("/var/run/netns/{id}"),
+                    cni_args: Vec::new(),
+                    capability_args: Default::default(),
+                    result: Some(
+                        json!({"cniVersion": "1.1.0", "ips": [{"address": "10.9.0.7/24"}]}),
+                    ),
+                })
+                .unwrap();
+        }
+        std::fs::write(multus.join("notes"), "not a scratch cache").unwrap();
+        Plumb {
+            clients: None,
+            routes: &NetlinkRoutes,
+            caller: Caller::ThisProcess,
+        }
+        .do_gc(&call, &args)
+        .unwrap();
+        let del = fake.calls_of("DEL");
+        assert_eq!(del.len(), 1, "one DEL, of the stale sandbox");
+        assert_eq!(del[0].var("CNI_CONTAINERID"), Some("c-gone"));
+        assert_eq!(del[0].var("CNI_IFNAME"), Some("eth0"));
+        assert_eq!(
+            del[0].stdin_json()["prevResult"]["ips"][0]["address"],
+            "10.9.0.7/24"
+        );
+        assert!(
+            !multus.join("c-gone").exists(),
+            "the stale scratch file is left"
+        );
+        assert!(results.read("net-a", "c-gone", "eth0").unwrap().is_none());
+        assert!(multus.join("c-live").exists() && multus.join("notes").exists());
+        assert!(results.read("net-a", "c-live", "eth0").unwrap().is_some());
+        let gc = fake.calls_of("GC");
+        assert_eq!(
+            gc[0].stdin_json()["cni.dev/valid-attachments"],
+            json!([{"containerID": "c-live", "ifname": "eth0"}])
+        );
+        // Nothing of the stale sandbox is left in plumb's state either (its lock).
+        let state: Vec<_> = std::fs::read_dir(d.path().join("state"))
+            .map(|r| r.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default();
+        assert!(state.is_empty(), "{state:?}");
     }
 
     /// A call for `container_id` on a node moved from Multus, under `dir`: one delegate network
