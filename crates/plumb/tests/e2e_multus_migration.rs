@@ -399,3 +399,45 @@ fn a_del_that_fails_part_way_keeps_the_scratch_file_and_its_retry_finishes_the_j
     );
     assert!(!m.node.record(cid).exists());
 }
+
+#[test]
+fn gc_releases_a_sandbox_multus_attached_whose_del_never_came() {
+    // The node went down with the pod: its netns is gone, the runtime never sent its DEL and
+    // no longer lists it. Its addresses were held for ever (Debian's host-local has no GC),
+    // and Multus's files with them; GC now deletes it as its DEL would have.
+    let cid = "c0ffee-multus-gc";
+    let Migrated {
+        node,
+        ns,
+        _links,
+        fakes,
+        recorder,
+        scratch,
+    } = attached_by_multus(cid, 21);
+    drop(ns);
+    // The node's configuration now: its default network is another (GC does not reach it: its
+    // version has no GC), which DEL from the scratch cache does not use.
+    let mut config = node.config(json!({"binDir": fakes, "delegates": [
+        {"cniVersion": "1.0.0", "name": "now-default", "type": "bridge", "bridge": "mmgc0"}]}));
+    config["cniVersion"] = json!("1.1.0");
+    // A live sandbox Multus attached is kept (its scratch file is all the test needs).
+    let live = node.cache_dir().join("c0ffee-multus-live");
+    fs::copy(&scratch, &live).unwrap();
+    config["cni.dev/valid-attachments"] =
+        json!([{"containerID": "c0ffee-multus-live", "ifname": "eth0"}]);
+    let out = common::run_node_wide("GC", &config);
+    ok(&out);
+    assert_eq!(node.all_allocations(), 0, "addresses left");
+    assert!(!scratch.exists(), "the scratch file is left");
+    assert!(
+        node.cache_entries().is_empty(),
+        "{:?}",
+        node.cache_entries()
+    );
+    // Each delegate got its DEL, on Multus's interface name, with no netns.
+    let dels = recorder.calls_of("DEL");
+    assert_eq!(dels.len(), 1);
+    assert_eq!(dels[0].var("CNI_IFNAME"), Some("blue"));
+    assert_eq!(dels[0].var("CNI_NETNS"), Some(""));
+    assert!(live.exists(), "the live sandbox's scratch file is gone");
+}
