@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test file uses its own part
 
 pub mod cluster;
+pub mod daemon;
 
 use std::fs;
 use std::io::Write;

@@ -1,0 +1,300 @@
+//! What an operator sees when a call fails through `plumb daemon`, beside what thin mode's
+//! audit (e2e_operator_errors.rs) shows for the same failure: the same CNI error on the
+//! runtime's stdout, the same events on the pod, the log line in the daemon's log (its stderr,
+//! with `logToStderr`) and not the runtime's, and nothing left on the node after the runtime's
+//! DEL. Then failures of the daemon itself: killed, its socket gone, its stderr closed. The
+//! built binary, the reference plugins in real network namespaces and the API stand-in. Needs
+//! root.
+
+mod common;
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::cluster::{Cluster, NETWORKS, nad, pod_args};
+use common::daemon::Daemon;
+use common::{CniCall, err, ok};
+use serde_json::{Value, json};
+use testkit::kube_api::{Fault, FaultKind, Resource};
+use testkit::netns::Netns;
+
+/// A cluster whose plumb logs failures only (`logLevel: error`, to stderr), as an operator
+/// would first set it, a daemon serving its socket, and the configuration naming it.
+fn served(net: u8) -> (Cluster, PathBuf, Daemon) {
+    let c = Cluster::new(net).with("logLevel", json!("error"));
+    let socket = c.node.path("run/plumb.sock");
+    let daemon = Daemon::start(&socket);
+    let c = c.with("plumbDaemonSocket", json!(socket));
+    (c, socket, daemon)
+}
+
+/// `config` without the daemon's socket: the call runs in the plugin (thin mode).
+fn thin(config: &Value) -> Value {
+    let mut thin = config.clone();
+    thin.as_object_mut().unwrap().remove("plumbDaemonSocket");
+    thin
+}
+
+/// The lines of `log` at `[error]`, without their time.
+fn error_lines(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| l.split_once(" [error] ").map(|(_, m)| m.to_string()))
+        .collect()
+}
+
+/// One call of the runtime with `config`.
+fn call(config: &Value, command: &str, ns: &Netns, pod: (&str, &str, &str), cid: &str) -> Output {
+    let netns = ns.path().display().to_string();
+    let args = pod_args(pod, cid);
+    common::run(&CniCall {
+        command,
+        container_id: cid,
+        netns: &netns,
+        ifname: "eth0",
+        args: &args,
+        config,
+    })
+}
+
+/// What the operator sees of one failing call, in one mode.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    /// The CNI error on the runtime's stdout.
+    error: Value,
+    /// plumb's `[error]` lines, wherever they went.
+    log: Vec<String>,
+    /// The (reason, message) of the events the call posted.
+    events: Vec<(String, String)>,
+}
+
+/// `s` with what differs between two sandboxes of one test by design blanked: the netns path
+/// and the address host-local gave (`10.<net>.<n>.<host>`, host blanked).
+fn same_but_sandbox(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("/var/run/netns/") {
+        out.push_str(&rest[..i]);
+        out.push_str("NETNS");
+        rest = &rest[i..];
+        let end = rest.find([' ', ':', ')', '"']).unwrap_or(rest.len());
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    // Addresses: a dotted quad's last number.
+    let mut blanked = String::new();
+    for word in out.split_inclusive([' ', '(', ')']) {
+        let (addr, tail) = word.split_at(word.find(['/', ' ', ')']).unwrap_or(word.len()));
+        if addr.split('.').count() == 4 && addr.split('.').all(|p| p.parse::<u8>().is_ok()) {
+            let (net, _) = addr.rsplit_once('.').unwrap();
+            blanked.push_str(&format!("{net}.HOST{tail}"));
+        } else {
+            blanked.push_str(word);
+        }
+    }
+    blanked
+}
+
+impl Seen {
+    fn comparable(&self) -> String {
+        same_but_sandbox(&format!(
+            "{:?} {:?} {:?}",
+            self.error, self.log, self.events
+        ))
+    }
+}
+
+/// ADD of sandbox `cid` of `pod` with `config`, in thin mode, then through the daemon `d`
+/// (each followed by the runtime's DEL, in the same mode): asserts that the operator sees the
+/// same error, log line and events each time, that through the daemon the line is in the
+/// daemon's log and not on the runtime's stderr, that each DEL succeeds and leaves nothing on
+/// the node; returns what was seen.
+fn same_both_ways(
+    c: &Cluster,
+    d: &Daemon,
+    config: &Value,
+    pod: (&str, &str, &str),
+    cid: &str,
+) -> Seen {
+    let mut seen = Vec::new();
+    for config in [thin(config), config.clone()] {
+        let through = config.get("plumbDaemonSocket").is_some();
+        let ns = Netns::new();
+        let events_before = c.events_for(pod.0, pod.1).len();
+        let logged_before = d.said().len();
+        let out = call(&config, "ADD", &ns, pod, cid);
+        let error = err(&out);
+        let runtime_log = String::from_utf8_lossy(&out.stderr).into_owned();
+        let log = if through {
+            assert_eq!(
+                error_lines(&runtime_log),
+                Vec::<String>::new(),
+                "{cid}: through the daemon, the call's lines are the daemon's"
+            );
+            // Written before the answer; read from the daemon's pipe a moment later.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            loop {
+                let lines = error_lines(&d.said()[logged_before..]);
+                if !lines.is_empty() || Instant::now() > deadline {
+                    break lines;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        } else {
+            error_lines(&runtime_log)
+        };
+        let events = c.events_for(pod.0, pod.1)[events_before..]
+            .iter()
+            .map(|e| {
+                (
+                    e["reason"].as_str().unwrap().to_string(),
+                    e["message"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        ok(&call(&config, "DEL", &ns, pod, cid));
+        assert_eq!(ns.links(), ["lo"], "{cid} (through the daemon: {through})");
+        c.assert_node_clean(&format!("{cid}: after DEL (through the daemon: {through})"));
+        seen.push(Seen { error, log, events });
+    }
+    let (daemon, thin) = (seen.pop().unwrap(), seen.pop().unwrap());
+    assert_eq!(thin.comparable(), daemon.comparable(), "{cid}");
+    // One line, holding the message the runtime got.
+    let msg = thin.error["msg"].as_str().unwrap();
+    assert_eq!(thin.log.len(), 1, "{cid}: {:?}", thin.log);
+    assert!(
+        thin.log[0].starts_with(&format!("ADD: {msg}")),
+        "{cid}: {:?}",
+        thin.log
+    );
+    thin
+}
+
+#[test]
+fn a_call_refused_before_any_delegate_runs_reads_the_same_through_the_daemon() {
+    // No delegate runs here (every plugin is looked up before any runs): 196 is shared with
+    // the test below, whose delegates use its subnets (the bridges' gateway addresses).
+    let (c, _socket, mut d) = served(196);
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "default",
+            "noplugin",
+            json!({"cniVersion": "1.0.0", "type": "nosuchplugin"}),
+        ),
+    );
+    let mut bad = nad("default", "badjson", json!({}));
+    bad["spec"]["config"] = json!("{\"cniVersion\": ");
+    c.api.put(Resource::NetworkAttachmentDefinitions, bad);
+    let isolated = {
+        let mut config = c.config.clone();
+        config["namespaceIsolation"] = json!(true);
+        config["globalNamespaces"] = json!("kube-system");
+        config
+    };
+    for (name, annotation, config, code, reason) in [
+        ("nonad", "missing-nad", &c.config, 7, Some("NoNetworkFound")),
+        (
+            "isolated",
+            "other-ns/net-b",
+            &isolated,
+            7,
+            Some("NoNetworkFound"),
+        ),
+        (
+            "badann",
+            "[{\"name\": \"net-a\", \"mac\": \"zz\"}]",
+            &c.config,
+            7,
+            Some("NoNetworkFound"),
+        ),
+        ("badnad", "badjson", &c.config, 7, Some("NoNetworkFound")),
+        ("noplugin", "noplugin", &c.config, 7, Some("AttachFailed")),
+    ] {
+        let uid = c.pod("default", name, json!({NETWORKS: annotation}));
+        let seen = same_both_ways(&c, &d, config, ("default", name, &uid), &format!("c{name}"));
+        assert_eq!(seen.error["code"], code, "{name}: {:?}", seen.error);
+        assert_eq!(
+            seen.events.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+            Vec::from_iter(reason),
+            "{name}"
+        );
+    }
+
+    let uid = c.pod("default", "api", json!({NETWORKS: "net-a"}));
+    // The API server refusing the token, refusing by RBAC.
+    let pod = ("default", "api", uid.as_str());
+    let token = fs::read_to_string(&c.token_file).unwrap();
+    fs::write(&c.token_file, "not-a-token").unwrap();
+    let seen = same_both_ways(&c, &d, &c.config, pod, "capi");
+    assert_eq!(seen.error["code"], 5);
+    fs::write(&c.token_file, token).unwrap();
+    c.api
+        .add_fault(Fault::new(FaultKind::Status(403, "Forbidden".into())).method("GET"));
+    let seen = same_both_ways(&c, &d, &c.config, pod, "capi");
+    assert_eq!(seen.error["code"], 5);
+    assert!(d.alive());
+}
+
+#[test]
+fn a_call_failing_part_way_or_for_its_pod_reads_the_same_through_the_daemon() {
+    let (c, _socket, _d) = served(196);
+    // net-a attached, then the third network's bridge cannot be made: net-a is rolled back.
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "default",
+            "badbridge",
+            json!({"cniVersion": "1.0.0", "type": "bridge", "bridge": "a-name-too-long-for-a-link",
+                   "ipam": {"type": "host-local", "subnet": "10.196.9.0/24",
+                            "dataDir": c.node.ipam_dir()}}),
+        ),
+    );
+    let uid = c.pod("default", "midway", json!({NETWORKS: "net-a,badbridge"}));
+    let seen = same_both_ways(&c, &_d, &c.config, ("default", "midway", &uid), "cmid");
+    assert_eq!(seen.error["code"], 999, "{:?}", seen.error);
+    assert!(
+        seen.error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("attachment 3 of 3 (network default/badbridge, interface net2)"),
+        "{:?}",
+        seen.error
+    );
+    assert_eq!(seen.events.len(), 1);
+    assert_eq!(seen.events[0].0, "AttachFailed");
+
+    // Every delegate succeeds, the default-route change fails: rolled back too.
+    let uid = c.pod(
+        "default",
+        "gw6",
+        json!({NETWORKS: json!([{"name": "net-a", "default-route": ["fd00::1"]}]).to_string()}),
+    );
+    let seen = same_both_ways(&c, &_d, &c.config, ("default", "gw6", &uid), "cgw6");
+    assert_eq!(seen.error["code"], 7, "{:?}", seen.error);
+    assert!(
+        seen.log[0].contains("is an IPv6 gateway, and network default/net-a gave net1 no IPv6"),
+        "{:?}",
+        seen.log
+    );
+
+    // The pod: missing, recreated (another UID). No event: plumb has no pod to post it to.
+    for pod in [("default", "ghost", "u1"), ("default", "gw6", "old-uid")] {
+        let seen = same_both_ways(&c, &_d, &c.config, pod, "cpod");
+        assert_eq!(seen.error["code"], 3, "{:?}", seen.error);
+        assert_eq!(seen.events, []);
+    }
+}
+
+#[test]
+fn an_api_server_down_reads_the_same_through_the_daemon() {
+    // As above, no delegate runs. Each ADD, and its DEL (no record: it would plan from the
+    // API), retries for a few seconds.
+    let (c, _socket, _d) = served(196);
+    let uid = c.pod("default", "down", json!({NETWORKS: "net-a"}));
+    c.api.set_down(true);
+    let seen = same_both_ways(&c, &_d, &c.config, ("default", "down", &uid), "cdown");
+    assert_eq!(seen.error["code"], 11);
+    assert!(seen.log[0].contains("Connection refused"), "{:?}", seen.log);
+}
