@@ -160,7 +160,8 @@ fn plugin(getenv: &dyn Fn(&str) -> Option<String>) -> i32 {
                         .verbose(&format!("{why}: running the call in this process"));
                 }
             }
-            Err(mut e) => {
+            Err(e) => {
+                let mut e = plumb::shim::failed(e, &env, &stdin);
                 e.cni_version = cni_version(&stdin);
                 let _ = writeln!(stdout, "{}", e.to_json());
                 return 1;

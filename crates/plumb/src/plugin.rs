@@ -480,7 +480,7 @@ fn attachments_in_use(
 }
 
 /// `pod` as errors name it.
-fn who(pa: &Option<PodArgs>, container_id: &str) -> String {
+pub(crate) fn who(pa: &Option<PodArgs>, container_id: &str) -> String {
     match pa {
         Some(p) => format!("pod {p} (container {container_id})"),
         None => format!("container {container_id}"),

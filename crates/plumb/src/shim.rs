@@ -166,6 +166,29 @@ pub fn forward(
     })
 }
 
+/// A call the daemon did not answer (`forward`'s error: the daemon killed during the call,
+/// too busy, not trusted, refusing), as the operator is to read it. Named for the call's pod
+/// and container, as every error of a call is once plumb has read its configuration
+/// (docs/troubleshooting.md): the runtime shows the message alone, in the pod's event, and a
+/// node runs many pods. And said in plumb's log, by the plugin (in `logFile`, and on the
+/// runtime's stderr with `logToStderr`): the daemon that would have logged it is gone, or never
+/// had the call. Only on this failed path: a forwarded call's success reads nothing more.
+pub fn failed(mut e: CniError, env: &BTreeMap<String, String>, stdin: &[u8]) -> CniError {
+    let get = |k: &str| env.get(k).map(String::as_str).unwrap_or_default();
+    let container = get("CNI_CONTAINERID");
+    if !container.is_empty() {
+        // A `CNI_ARGS` the daemon would refuse names no pod here: the container alone then.
+        let pod = cni::args::parse(get("CNI_ARGS"))
+            .ok()
+            .and_then(|pairs| crate::pod_args::PodArgs::from_args(&pairs).ok().flatten());
+        e = e.context(crate::plugin::who(&pod, container));
+    }
+    if let Ok(config) = crate::config::Config::parse(stdin) {
+        crate::log::Log::from_config(&config).error(&format!("{}: {e}", get("CNI_COMMAND")));
+    }
+    e
+}
+
 /// Whether the process listening on `socket` may be sent the call: it runs as root or as this
 /// plugin's own user. Whoever else listens there (the socket's directory left writable, a
 /// daemon started by the wrong user) would be handed the pod's configuration and would answer

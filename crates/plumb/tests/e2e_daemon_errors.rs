@@ -298,3 +298,100 @@ fn an_api_server_down_reads_the_same_through_the_daemon() {
     assert_eq!(seen.error["code"], 11);
     assert!(seen.log[0].contains("Connection refused"), "{:?}", seen.log);
 }
+
+/// A bin directory holding `slowbridge`: the reference bridge plugin, started `secs` late on
+/// `command` (delegates are looked up in plumb's `binDir` first, then in the runtime's
+/// CNI_PATH, where the reference plugins are).
+fn slow_bridge(c: &Cluster, command: &str, secs: f32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = c.node.path("bin");
+    fs::create_dir_all(&bin).unwrap();
+    let script = bin.join("slowbridge");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n[ \"$CNI_COMMAND\" = {command} ] && sleep {secs}\nexec {}/bridge\n",
+            common::PLUGINS
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// The error of a call the daemon was killed during: code 11, named for its pod and container
+/// like every error of a call, then the socket; the runtime's stderr (where the plugin logs,
+/// the daemon being gone) has it as one error line. Its message.
+fn cut(out: &Output, command: &str, pod: &str, cid: &str, socket: &std::path::Path) -> String {
+    let e = err(out);
+    assert_eq!(e["code"], 11, "{e}");
+    let msg = e["msg"].as_str().unwrap().to_string();
+    assert!(
+        msg.starts_with(&format!(
+            "pod {pod} (container {cid}): plumb daemon at {}: ",
+            socket.display()
+        )) && msg.contains("the call may have been done in part"),
+        "{msg}"
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        error_lines(&said),
+        [format!("{command}: {msg}")],
+        "the plugin logs what the daemon could not: {said}"
+    );
+    msg
+}
+
+#[test]
+fn a_daemon_killed_during_a_call_fails_it_naming_the_pod_and_the_runtimes_retry_finishes_it() {
+    let (c, socket, d) = served(195);
+    let bin = slow_bridge(&c, "DEL", 1.5);
+    let c = c.with("binDir", json!(bin));
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "default",
+            "slowdel",
+            json!({"cniVersion": "1.0.0", "type": "slowbridge", "bridge": c._links[1].name(),
+                   "ipam": {"type": "host-local", "subnet": "10.195.9.0/24",
+                            "dataDir": c.node.ipam_dir()}}),
+        ),
+    );
+    let uid = c.pod("default", "cut", json!({NETWORKS: "slowdel"}));
+    let pod = ("default", "cut", uid.as_str());
+
+    // Killed during the ADD's status PATCH, which answers late: every delegate has run.
+    let ns = Netns::new();
+    c.api.add_fault(
+        Fault::new(FaultKind::Latency(Duration::from_secs(3)))
+            .method("PATCH")
+            .times(1),
+    );
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1000));
+        drop(d);
+    });
+    let out = call(&c.config, "ADD", &ns, pod, "k1");
+    killer.join().unwrap();
+    cut(&out, "ADD", "default/cut", "k1", &socket);
+    // The runtime's DEL, no daemon listening: run in the plugin, it undoes it all.
+    ok(&call(&c.config, "DEL", &ns, pod, "k1"));
+    assert_eq!(ns.links(), ["lo"]);
+    c.assert_node_clean("after the DEL of an ADD the daemon was killed during");
+
+    // Killed during a DEL (its delegate takes 1.5 s); the runtime retries it through a daemon
+    // started again.
+    let d = Daemon::start(&socket);
+    ok(&call(&c.config, "ADD", &ns, pod, "k2"));
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        drop(d);
+    });
+    let out = call(&c.config, "DEL", &ns, pod, "k2");
+    killer.join().unwrap();
+    cut(&out, "DEL", "default/cut", "k2", &socket);
+    let _d = Daemon::start(&socket);
+    ok(&call(&c.config, "DEL", &ns, pod, "k2"));
+    assert_eq!(ns.links(), ["lo"]);
+    c.assert_node_clean("after the DEL retried");
+}
