@@ -106,28 +106,26 @@ impl NodeFiles {
 
     /// One look at each, saying on stderr what changed.
     fn step(&mut self) {
-        fn say(output: &Path, step: Step) {
+        fn tell(output: &Path, step: Step) {
             match step {
                 Step::Same => {}
-                Step::Wrote(why) => eprintln!("plumb daemon: wrote {}: {why}", output.display()),
-                Step::Removed(why) => {
-                    eprintln!("plumb daemon: removed {}: {why}", output.display())
-                }
+                Step::Wrote(why) => say(format_args!("wrote {}: {why}", output.display())),
+                Step::Removed(why) => say(format_args!("removed {}: {why}", output.display())),
                 Step::Waiting(why) => {
-                    eprintln!("plumb daemon: not writing {} yet: {why}", output.display())
+                    say(format_args!("not writing {} yet: {why}", output.display()))
                 }
             }
         }
         if let Some(k) = &mut self.kubeconfig {
             let step = k.step();
             self.kubeconfig_ready |= matches!(step, Step::Same | Step::Wrote(_));
-            say(k.output(), step);
+            tell(k.output(), step);
         }
         if let Some(c) = &mut self.conf
             && self.kubeconfig_ready
         {
             let output = c.output();
-            say(&output, c.step());
+            tell(&output, c.step());
         }
     }
 
@@ -140,7 +138,7 @@ impl NodeFiles {
             .into_iter()
             .chain(self.conf.take().map(|c| c.output()));
         for output in outputs {
-            eprintln!("plumb daemon: no longer keeping {}", output.display());
+            say(format_args!("no longer keeping {}", output.display()));
         }
     }
 }
@@ -202,16 +200,16 @@ pub fn run(args: &Args) -> Result<(), CniError> {
     let (listener, ours, replaced) = rt.block_on(async { listen(socket, uid) })?;
     match replaced {
         Replaced::Nothing => {}
-        Replaced::Live => eprintln!(
-            "plumb daemon: took over {} from the daemon that served on it",
+        Replaced::Live => say(format_args!(
+            "took over {} from the daemon that served on it",
             socket.display()
-        ),
-        Replaced::Stale => eprintln!(
-            "plumb daemon: replaced the stale socket {} (nothing listened on it)",
+        )),
+        Replaced::Stale => say(format_args!(
+            "replaced the stale socket {} (nothing listened on it)",
             socket.display()
-        ),
+        )),
     }
-    eprintln!("plumb daemon: serving CNI calls on {}", socket.display());
+    say(format_args!("serving CNI calls on {}", socket.display()));
     let served = rt.block_on(serve(
         listener,
         socket,
@@ -237,7 +235,7 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         shared.running.load(Ordering::SeqCst)
     });
     if left > 0 {
-        eprintln!("plumb daemon: stopping with {left} calls still running");
+        say(format_args!("stopping with {left} calls still running"));
     }
     rt.shutdown_background();
     served
@@ -268,6 +266,18 @@ impl Signals {
             _ = self.int.recv() => {}
         }
     }
+}
+
+/// One line of the daemon's own on its stderr. Not `eprintln!`, which panics when stderr cannot
+/// be written (a pipe whose reader is gone: a log collector restarted, `plumb daemon 2>&1 |
+/// logger` with logger killed): the daemon would die at its next line, which comes when it
+/// matters: at SIGTERM, before it drains (the calls it runs get no answer and its socket is
+/// left behind), or when another daemon takes its socket over, where it must wait, idle, for
+/// SIGTERM (dead, it is restarted and takes the socket back). The calls' own lines are written
+/// so already (log.rs).
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "plumb daemon: {line}");
 }
 
 fn socket_error(path: &Path, what: &str, e: &dyn std::fmt::Display) -> CniError {
@@ -429,12 +439,12 @@ async fn serve(
                     } else {
                         "was removed"
                     };
-                    eprintln!(
-                        "plumb daemon: {} {now}; taking no new calls, finishing the {} \
+                    say(format_args!(
+                        "{} {now}; taking no new calls, finishing the {} \
                          running, then idle until stopped",
                         socket.display(),
                         shared.running.load(Ordering::SeqCst)
-                    );
+                    ));
                     serve_queued(lost, &shared);
                     // The daemon that took the socket keeps the files now; two writers
                     // from two templates would rewrite them in turn.
@@ -446,7 +456,7 @@ async fn serve(
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     // Out of file descriptors and the like: wait, do not spin.
-                    eprintln!("plumb daemon: accept: {e}");
+                    say(format_args!("accept: {e}"));
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -454,7 +464,7 @@ async fn serve(
         };
         spawn_connection(stream, &shared);
     }
-    eprintln!("plumb daemon: stopping");
+    say(format_args!("stopping"));
     Ok(())
 }
 

@@ -395,3 +395,101 @@ fn a_daemon_killed_during_a_call_fails_it_naming_the_pod_and_the_runtimes_retry_
     assert_eq!(ns.links(), ["lo"]);
     c.assert_node_clean("after the DEL retried");
 }
+
+/// `plumb daemon` on `socket` whose stderr is a pipe nobody reads any more (a log collector
+/// that went away), once it listens. Killed when dropped if still running.
+struct Deaf(std::process::Child);
+
+impl Deaf {
+    fn start(socket: &std::path::Path) -> Deaf {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"))
+            .args(["daemon", "--socket"])
+            .arg(socket)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(socket).is_err() {
+            assert!(Instant::now() < deadline, "plumb daemon did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(child.stderr.take());
+        Deaf(child)
+    }
+
+    fn alive(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+
+    /// SIGTERM; its exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        let pid = self.0.id().to_string();
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Deaf {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_daemon_whose_stderr_is_gone_still_drains_its_calls_and_waits_when_taken_over() {
+    let node = common::Node::new();
+    let socket = node.path("run/plumb.sock");
+    // A delegate that takes a second, so that SIGTERM comes while the daemon runs its call.
+    let bin = node.path("bin");
+    fs::create_dir_all(&bin).unwrap();
+    fs::write(
+        bin.join("slow"),
+        "#!/bin/sh\ncat >/dev/null\nsleep 1\n[ \"$CNI_COMMAND\" = ADD ] && \
+         echo '{\"cniVersion\":\"1.0.0\",\"ips\":[]}'\nexit 0\n",
+    )
+    .unwrap();
+    fs::set_permissions(
+        bin.join("slow"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let config = node.config(json!({
+        "binDir": bin, "plumbDaemonSocket": socket,
+        "delegates": [{"cniVersion": "1.0.0", "name": "slow", "type": "slow"}],
+    }));
+    let ns = Netns::new();
+    let netns = ns.path().display().to_string();
+    let add = CniCall {
+        command: "ADD",
+        container_id: "deaf1",
+        netns: &netns,
+        ifname: "eth0",
+        args: "",
+        config: &config,
+    };
+
+    // Stopped while it runs a call: it answers it, exits 0 and removes its socket.
+    let daemon = Deaf::start(&socket);
+    let shim = common::start(&add, |_| {});
+    std::thread::sleep(Duration::from_millis(400));
+    let status = daemon.stop();
+    let out = shim.wait_with_output().unwrap();
+    ok(&out);
+    assert!(status.success(), "{status}");
+    assert!(!socket.exists(), "the stopped daemon left its socket");
+
+    // Taken over: it waits, idle, for SIGTERM (exited, its restart would take the socket back).
+    let mut old = Deaf::start(&socket);
+    let _new = Daemon::start(&socket);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(old.alive(), "the daemon taken over exited");
+    assert!(old.stop().success());
+    ok(&common::run(&CniCall {
+        command: "DEL",
+        ..add
+    }));
+}
