@@ -433,11 +433,26 @@ async fn serve(
             _ = watch.tick(), if listener.is_some() => {
                 if !is_ours(socket, ours) {
                     let lost = listener.take().expect("watched only while listening");
-                    // Removed by hand, or by a daemon that took it over and stopped since.
-                    let now = if std::fs::symlink_metadata(socket).is_ok() {
-                        "now belongs to another daemon"
-                    } else {
-                        "was removed"
+                    // Removed by hand, or by a daemon that took it over and stopped since. Or
+                    // something else put there: no daemon serves on it then, every call runs
+                    // in the plugin, and a daemon started refuses the path (`listen`) until it
+                    // is removed, which the operator is to read here, not "another daemon".
+                    let now = match std::fs::symlink_metadata(socket) {
+                        Err(_) => "was removed".to_string(),
+                        Ok(m) if m.file_type().is_socket() => {
+                            "now belongs to another daemon".to_string()
+                        }
+                        Ok(m) => format!(
+                            "was replaced by a {}, not a socket: calls run in the plugin \
+                             itself, and a daemon started refuses the path until it is removed",
+                            if m.is_dir() {
+                                "directory"
+                            } else if m.file_type().is_symlink() {
+                                "symbolic link"
+                            } else {
+                                "file"
+                            }
+                        ),
                     };
                     say(format_args!(
                         "{} {now}; taking no new calls, finishing the {} \

@@ -493,3 +493,48 @@ fn a_daemon_whose_stderr_is_gone_still_drains_its_calls_and_waits_when_taken_ove
         ..add
     }));
 }
+
+#[test]
+fn a_daemon_whose_socket_was_replaced_by_a_file_says_so_and_calls_run_in_the_plugin() {
+    let node = common::Node::new();
+    let socket = node.path("run/plumb.sock");
+    let daemon = Daemon::start(&socket);
+    // An operator's (or a tool's) mistake: a file where the socket was.
+    fs::remove_file(&socket).unwrap();
+    fs::write(&socket, "").unwrap();
+    let said = daemon.wait_for("taking no new calls");
+    assert!(
+        said.contains(&format!(
+            "{} was replaced by a file, not a socket: calls run in the plugin itself, and a \
+             daemon started refuses the path until it is removed; taking no new calls",
+            socket.display()
+        )) && !said.contains("another daemon"),
+        "{said}"
+    );
+    // A call runs in the plugin (it says so at verbose), and fails there: its one network's
+    // plugin is not installed.
+    let config = node.config(json!({
+        "plumbDaemonSocket": socket, "logLevel": "verbose",
+        "delegates": [{"cniVersion": "1.0.0", "name": "x", "type": "nosuchplugin"}],
+    }));
+    let out = common::run(&CniCall {
+        command: "ADD",
+        container_id: "file1",
+        netns: "/var/run/netns/none",
+        ifname: "eth0",
+        args: "",
+        config: &config,
+    });
+    assert!(err(&out)["msg"].as_str().unwrap().contains("nosuchplugin"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("running the call in this process"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, said) = daemon.stop();
+    assert!(status.success(), "{said}");
+    assert!(
+        fs::symlink_metadata(&socket).unwrap().is_file(),
+        "the file is left"
+    );
+}
