@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::cluster::{Cluster, NETWORKS, nad, pod_args};
+use common::cluster::{Cluster, NETWORKS, bridge_nad, nad, pod_args};
 use common::daemon::Daemon;
 use common::{CniCall, err, ok};
 use serde_json::{Value, json};
@@ -537,4 +537,77 @@ fn a_daemon_whose_socket_was_replaced_by_a_file_says_so_and_calls_run_in_the_plu
         fs::symlink_metadata(&socket).unwrap().is_file(),
         "the file is left"
     );
+}
+
+#[test]
+fn a_del_that_fails_reads_the_same_through_the_daemon_and_the_documented_remedy_finishes_it() {
+    // troubleshooting.md, "A delegate's DEL fails": macvlan's master missing fails its ADD and
+    // its DEL ("Link not found"); an interface of that name made for a moment lets the next
+    // DEL succeed. Through the daemon as in thin mode.
+    let (c, _socket, d) = served(195);
+    // Subnets of 195 of their own (7, 8): the test above runs its delegates beside this one.
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        bridge_nad(
+            &c.node,
+            ("kube-system", "default-net"),
+            c._links[0].name(),
+            "10.195.7.0/24".into(),
+            true,
+        ),
+    );
+    let master = testkit::netns::unique_name("dm");
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "default",
+            "nomaster",
+            json!({"cniVersion": "1.0.0", "type": "macvlan", "master": master, "mode": "bridge",
+                   "ipam": {"type": "host-local", "subnet": "10.195.8.0/24",
+                            "dataDir": c.node.ipam_dir()}}),
+        ),
+    );
+    let uid = c.pod("default", "mv", json!({NETWORKS: "nomaster"}));
+    let pod = ("default", "mv", uid.as_str());
+    let mut seen = Vec::new();
+    for config in [thin(&c.config), c.config.clone()] {
+        let through = config.get("plumbDaemonSocket").is_some();
+        let ns = Netns::new();
+        let mut one = Vec::new();
+        for command in ["ADD", "DEL"] {
+            let logged_before = d.said().len();
+            let out = call(&config, command, &ns, pod, "cmv");
+            let e = err(&out);
+            let runtime = error_lines(&String::from_utf8_lossy(&out.stderr));
+            let log = if through {
+                assert_eq!(runtime, Vec::<String>::new(), "{command}");
+                let deadline = Instant::now() + Duration::from_secs(2);
+                loop {
+                    let lines = error_lines(&d.said()[logged_before..]);
+                    if !lines.is_empty() || Instant::now() > deadline {
+                        break lines;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            } else {
+                runtime
+            };
+            assert!(
+                e["msg"].as_str().unwrap().ends_with("Link not found"),
+                "{command} (through the daemon: {through}): {e}"
+            );
+            one.push(same_but_sandbox(&format!("{e} {log:?}")));
+        }
+        // The record and the lock file stay for the next DEL.
+        assert_eq!(c.node.left_to_undo("cmv"), ["default/nomaster"]);
+        assert!(c.node.state_dir().join("cmv.lock").exists());
+        let _master = testkit::netns::Link::bridge(&master);
+        ok(&call(&config, "DEL", &ns, pod, "cmv"));
+        assert_eq!(ns.links(), ["lo"]);
+        c.assert_node_clean(&format!(
+            "after the DEL retried (through the daemon: {through})"
+        ));
+        seen.push(one);
+    }
+    assert_eq!(seen[0], seen[1]);
 }
