@@ -170,9 +170,9 @@ pub fn forward(
 /// too busy, not trusted, refusing), as the operator is to read it. Named for the call's pod
 /// and container, as every error of a call is once plumb has read its configuration
 /// (docs/troubleshooting.md): the runtime shows the message alone, in the pod's event, and a
-/// node runs many pods. And said in plumb's log, by the plugin (in `logFile`, and on the
-/// runtime's stderr with `logToStderr`): the daemon that would have logged it is gone, or never
-/// had the call. Only on this failed path: a forwarded call's success reads nothing more.
+/// node runs many pods. And, for an ADD or a DEL, said in plumb's log, by the plugin (in
+/// `logFile`, and on the runtime's stderr with `logToStderr`): the daemon that would have
+/// logged it is gone, or never had the call. Only on this failed path: a forwarded call's success reads nothing more.
 pub fn failed(mut e: CniError, env: &BTreeMap<String, String>, stdin: &[u8]) -> CniError {
     let get = |k: &str| env.get(k).map(String::as_str).unwrap_or_default();
     let container = get("CNI_CONTAINERID");
@@ -183,8 +183,24 @@ pub fn failed(mut e: CniError, env: &BTreeMap<String, String>, stdin: &[u8]) -> 
             .and_then(|pairs| crate::pod_args::PodArgs::from_args(&pairs).ok().flatten());
         e = e.context(crate::plugin::who(&pod, container));
     }
-    if let Ok(config) = crate::config::Config::parse(stdin) {
-        crate::log::Log::from_config(&config).error(&format!("{}: {e}", get("CNI_COMMAND")));
+    // CNI spec 1.1 §STATUS defines 50 and 51 for it, and every STATUS failure of plumb's own
+    // is 50 (plugin.rs, docs/troubleshooting.md): the node's network is not ready while the
+    // daemon cannot be asked, whatever the transport said (11, 5, 999).
+    if get("CNI_COMMAND") == "STATUS"
+        && !matches!(
+            e.kind(),
+            ErrorCode::NotAvailable | ErrorCode::LimitedConnectivity
+        )
+    {
+        e.code = ErrorCode::NotAvailable.code();
+    }
+    // As thin mode logs them: failed ADDs and DELs. Not STATUS, which the runtime sends every
+    // few seconds, nor CHECK and GC.
+    let command = get("CNI_COMMAND");
+    if matches!(command, "ADD" | "DEL")
+        && let Ok(config) = crate::config::Config::parse(stdin)
+    {
+        crate::log::Log::from_config(&config).error(&format!("{command}: {e}"));
     }
     e
 }

@@ -611,3 +611,39 @@ fn a_del_that_fails_reads_the_same_through_the_daemon_and_the_documented_remedy_
     }
     assert_eq!(seen[0], seen[1]);
 }
+
+#[test]
+fn a_status_the_daemon_cannot_answer_fails_with_code_50() {
+    // Every STATUS failure is 50 (CNI spec 1.1 §STATUS; troubleshooting.md, "Node NotReady"),
+    // the daemon too busy to take it (code 11 for an ADD) included. A listener whose backlog
+    // (0) one connection fills, and that never accepts, is such a daemon.
+    let node = common::Node::new();
+    let socket = node.path("plumb.sock");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let _listener = rt.block_on(async {
+        let s = tokio::net::UnixSocket::new_stream().unwrap();
+        s.bind(&socket).unwrap();
+        s.listen(0).unwrap()
+    });
+    let _queued = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let config = node.config(json!({
+        "cniVersion": "1.1.0", "plumbDaemonSocket": socket, "logLevel": "error",
+        "delegates": [{"cniVersion": "1.1.0", "name": "x", "type": "bridge"}],
+    }));
+    let out = common::run_node_wide("STATUS", &config);
+    let e = err(&out);
+    assert_eq!(e["code"], 50, "{e}");
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.starts_with(&format!("plumb daemon at {}: too busy", socket.display())),
+        "{msg}"
+    );
+    // Not logged, as in thin mode: STATUS comes every few seconds.
+    assert_eq!(
+        error_lines(&String::from_utf8_lossy(&out.stderr)),
+        Vec::<String>::new()
+    );
+}
