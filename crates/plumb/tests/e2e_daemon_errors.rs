@@ -239,7 +239,7 @@ fn a_call_refused_before_any_delegate_runs_reads_the_same_through_the_daemon() {
 
 #[test]
 fn a_call_failing_part_way_or_for_its_pod_reads_the_same_through_the_daemon() {
-    let (c, _socket, _d) = served(196);
+    let (c, _socket, _d) = served(184);
     // net-a attached, then the third network's bridge cannot be made: net-a is rolled back.
     c.api.put(
         Resource::NetworkAttachmentDefinitions,
@@ -247,7 +247,7 @@ fn a_call_failing_part_way_or_for_its_pod_reads_the_same_through_the_daemon() {
             "default",
             "badbridge",
             json!({"cniVersion": "1.0.0", "type": "bridge", "bridge": "a-name-too-long-for-a-link",
-                   "ipam": {"type": "host-local", "subnet": "10.196.9.0/24",
+                   "ipam": {"type": "host-local", "subnet": "10.184.9.0/24",
                             "dataDir": c.node.ipam_dir()}}),
         ),
     );
@@ -291,7 +291,7 @@ fn a_call_failing_part_way_or_for_its_pod_reads_the_same_through_the_daemon() {
 fn an_api_server_down_reads_the_same_through_the_daemon() {
     // As above, no delegate runs. Each ADD, and its DEL (no record: it would plan from the
     // API), retries for a few seconds.
-    let (c, _socket, _d) = served(196);
+    let (c, _socket, _d) = served(183);
     let uid = c.pod("default", "down", json!({NETWORKS: "net-a"}));
     c.api.set_down(true);
     let seen = same_both_ways(&c, &_d, &c.config, ("default", "down", &uid), "cdown");
@@ -544,7 +544,7 @@ fn a_del_that_fails_reads_the_same_through_the_daemon_and_the_documented_remedy_
     // troubleshooting.md, "A delegate's DEL fails": macvlan's master missing fails its ADD and
     // its DEL ("Link not found"); an interface of that name made for a moment lets the next
     // DEL succeed. Through the daemon as in thin mode.
-    let (c, _socket, d) = served(195);
+    let (c, _socket, d) = served(182);
     // Subnets of 195 of their own (7, 8): the test above runs its delegates beside this one.
     c.api.put(
         Resource::NetworkAttachmentDefinitions,
@@ -552,7 +552,7 @@ fn a_del_that_fails_reads_the_same_through_the_daemon_and_the_documented_remedy_
             &c.node,
             ("kube-system", "default-net"),
             c._links[0].name(),
-            "10.195.7.0/24".into(),
+            "10.182.7.0/24".into(),
             true,
         ),
     );
@@ -563,7 +563,7 @@ fn a_del_that_fails_reads_the_same_through_the_daemon_and_the_documented_remedy_
             "default",
             "nomaster",
             json!({"cniVersion": "1.0.0", "type": "macvlan", "master": master, "mode": "bridge",
-                   "ipam": {"type": "host-local", "subnet": "10.195.8.0/24",
+                   "ipam": {"type": "host-local", "subnet": "10.182.8.0/24",
                             "dataDir": c.node.ipam_dir()}}),
         ),
     );
