@@ -234,7 +234,9 @@ impl RawExec {
             for (k, v) in env.vars() {
                 cmd.env(k, v);
             }
-            match cmd.spawn() {
+            // Through `inherit`: a process running several calls gives each call's plugins
+            // that call's lock, and no other's.
+            match crate::inherit::spawning(|| cmd.spawn()) {
                 Err(e)
                     if e.kind() == io::ErrorKind::ExecutableFileBusy
                         && attempt < self.busy_attempts =>

@@ -7,7 +7,8 @@
 //!   from a directory as libcni does.
 //! - [`validate`]: attachment parameters (spec §3 "Attachment Parameters").
 //! - [`args`]: `CNI_ARGS` key/value pairs.
-//! - [`exec`]: finding and running a plugin binary (spec §2), behind the [`exec::Exec`] seam.
+//! - [`exec`]: finding and running a plugin binary (spec §2), behind the [`exec::Exec`] seam;
+//!   [`inherit`]: a descriptor (a call's lock) that only one thread's plugins inherit.
 //! - [`request`]: deriving one plugin's request configuration (spec §3 "Deriving request
 //!   configuration", "Deriving runtimeConfig").
 //! - [`runtime`]: executing a configuration list for ADD, CHECK, DEL, GC and STATUS (spec §3).
@@ -23,6 +24,7 @@ pub mod config;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod inherit;
 pub mod request;
 pub mod result;
 pub mod runtime;

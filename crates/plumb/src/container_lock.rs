@@ -20,8 +20,10 @@
 //! not fail for want of an empty file on a full node, where the kubelet evicts pods to make room.
 //!
 //! In a process that runs one call (thin mode, `plumb attach`), the delegates inherit the lock
-//! ([`Turn::share_with_children`]): a delegate left running when the runtime killed plumb holds
-//! back the DEL that follows until it has finished, and the DEL then undoes it too.
+//! ([`Turn::share_with_children`]); in the daemon, each call's own delegates alone
+//! ([`Turn::share_with_this_threads_plugins`]): a delegate left running when the process that
+//! ran its call was killed holds back the DEL that follows until it has finished, and the DEL
+//! then undoes it too.
 //!
 //! A call that waits says so, naming the holder; one that waits long (a call for the container
 //! that does not end, holding back every later one) says so as an error ([`Waiting`]).
@@ -47,6 +49,10 @@ use crate::record::RecordStore;
 /// A container's turn: its lock, held while this lives.
 #[derive(Debug)]
 pub struct Turn {
+    /// While the turn is shared with this thread's plugins
+    /// ([`Turn::share_with_this_threads_plugins`]). First, so that it ends before the lock is
+    /// released.
+    shared: Option<cni::inherit::Inherited>,
     _lock: Flock<File>,
     /// The lock file; `None` when the state directory was locked instead (no room for it).
     path: Option<PathBuf>,
@@ -491,6 +497,7 @@ pub(crate) fn acquire(path: &Path, how: FlockArg) -> Result<Option<Turn>, CniErr
         match fs::symlink_metadata(locked) {
             Ok(now) if (now.dev(), now.ino()) == (held.dev(), held.ino()) => {
                 return Ok(Some(Turn {
+                    shared: None,
                     _lock: lock,
                     // The lock file, to remove at the container's end; never the directory.
                     path: (locked == path).then(|| path.to_path_buf()),
@@ -535,7 +542,8 @@ impl Turn {
     /// undoes it too.
     ///
     /// Only in a process that runs one call (thin mode, `plumb attach`): in the daemon, every
-    /// call's delegates would inherit the locks of the calls running beside it.
+    /// call's delegates would inherit the locks of the calls running beside it (the daemon
+    /// uses [`Turn::share_with_this_threads_plugins`]).
     pub fn share_with_children(&self) -> Result<(), CniError> {
         use std::os::fd::AsFd;
         nix::fcntl::fcntl(
@@ -549,6 +557,23 @@ impl Turn {
                 format!("container lock: cannot share it with the delegates: {e}"),
             )
         })
+    }
+
+    /// [`Turn::share_with_children`] for a process that runs several calls at once (the
+    /// daemon): only the plugins this thread starts while the turn lives, this call's
+    /// delegates, share it (cni::inherit). The daemon killed (SIGKILL, the OOM killer) while a
+    /// delegate ran left that delegate running with no lock: the runtime's DEL, run at once in
+    /// the plugin, undid the record, and the delegate's interface and address, made after,
+    /// were left to nobody. Now that DEL waits for it, then undoes it too.
+    pub fn share_with_this_threads_plugins(&mut self) -> Result<(), CniError> {
+        let shared = cni::inherit::Inherited::new(&*self._lock).map_err(|e| {
+            CniError::new(
+                ErrorCode::Io,
+                format!("container lock: cannot share it with the delegates: {e}"),
+            )
+        })?;
+        self.shared = Some(shared);
+        Ok(())
     }
 
     /// Turns the lock into another kind (`flock(2)`: not atomically; for [`crate::node_call`],

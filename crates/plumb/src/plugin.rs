@@ -216,14 +216,16 @@ impl Call {
             Waiting::Long => log.error(&format!("{command}: {line}")),
         };
         crate::container_lock::take_for(&self.records, &args.container_id, caller.pid(), &say)
-            .and_then(|turn| {
-                // A process that runs this call alone lets its delegates hold the turn with it,
-                // so that one left running by a kill of this process still holds back the next
-                // call.
-                if let Caller::ThisProcess = caller {
-                    turn.share_with_children()
-                        .map_err(crate::container_lock::NoTurn::Failed)?;
+            .and_then(|mut turn| {
+                // The delegates hold the turn with the call, so that one left running by a kill
+                // of the process that runs the call still holds back the next call: all the
+                // children of a process that runs this call alone, this call's own in the
+                // daemon.
+                match caller {
+                    Caller::ThisProcess => turn.share_with_children(),
+                    Caller::Forwarded { .. } => turn.share_with_this_threads_plugins(),
                 }
+                .map_err(crate::container_lock::NoTurn::Failed)?;
                 Ok(turn)
             })
             // Said in plumb's log too (the runtime's copy is not always at hand). Not plumb run

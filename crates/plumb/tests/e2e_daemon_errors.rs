@@ -396,6 +396,49 @@ fn a_daemon_killed_during_a_call_fails_it_naming_the_pod_and_the_runtimes_retry_
     c.assert_node_clean("after the DEL retried");
 }
 
+#[test]
+fn a_daemon_killed_while_a_delegate_runs_leaves_the_del_to_wait_for_that_delegate_and_undo_it() {
+    // The daemon alone killed (SIGKILL, the OOM killer) while a delegate's ADD runs: that
+    // delegate goes on. The runtime's DEL, run at once in the plugin, used to find the lock free,
+    // undo what the record named and remove it; the delegate then made its interface and took
+    // its address, left to nobody (reproduced by the daemon audit). The delegate now holds its
+    // call's lock: the DEL waits for it to end, then undoes it too.
+    let (c, socket, d) = served(181);
+    let bin = slow_bridge(&c, "ADD", 2.0);
+    let c = c.with("binDir", json!(bin));
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "default",
+            "slowadd",
+            json!({"cniVersion": "1.0.0", "type": "slowbridge", "bridge": c._links[1].name(),
+                   "ipam": {"type": "host-local", "subnet": "10.181.9.0/24",
+                            "dataDir": c.node.ipam_dir()}}),
+        ),
+    );
+    let uid = c.pod("default", "orphan", json!({NETWORKS: "slowadd"}));
+    let pod = ("default", "orphan", uid.as_str());
+    let ns = Netns::new();
+    // Killed 1 s into the slow delegate's 2 s (the cluster network's ADD comes first).
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1300));
+        drop(d);
+    });
+    let out = call(&c.config, "ADD", &ns, pod, "o1");
+    killer.join().unwrap();
+    cut(&out, "ADD", "default/orphan", "o1", &socket);
+    let del = call(&c.config, "DEL", &ns, pod, "o1");
+    ok(&del);
+    // Nothing comes later: give the delegate, were it still running, the time to finish.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        ns.links(),
+        ["lo"],
+        "the orphaned delegate's interface is left"
+    );
+    c.assert_node_clean("after the DEL of an ADD whose daemon was killed mid-delegate");
+}
+
 /// `plumb daemon` on `socket` whose stderr is a pipe nobody reads any more (a log collector
 /// that went away), once it listens. Killed when dropped if still running.
 struct Deaf(std::process::Child);
