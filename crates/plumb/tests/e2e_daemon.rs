@@ -332,6 +332,20 @@ fn pods_attached_and_detached_together_in_both_modes_each_get_their_networks_and
     // once; each sandbox's calls alternately through the daemon and in thin mode, so that both
     // run side by side on the same host bridges, IPAM store, result cache and state directory.
     let (c, _socket, _daemon) = served(199);
+    // The two host bridges made beforehand, each with an address of its own. A bridge the
+    // bridge plugin makes takes the lowest address of its ports, so it changed as the other
+    // pods' veths came and went, and the plugin's CHECK, which compares the bridge's address
+    // with the one in its ADD's result, failed now and then ("Bridge interface … Mac doesn't
+    // match"): the reference plugin's way with a shared bridge, not plumb's to test here.
+    for (i, bridge) in c._links[..2].iter().enumerate() {
+        let mac = format!("02:00:00:c1:99:0{i}");
+        for args in [
+            vec!["link", "add", bridge.name(), "type", "bridge"],
+            vec!["link", "set", bridge.name(), "address", &mac, "up"],
+        ] {
+            assert!(Command::new("ip").args(&args).status().unwrap().success());
+        }
+    }
     let thin = in_thin_mode(&c);
     let pods: Vec<(String, String, Netns)> = pods_on_three_networks(&c, "s", 8)
         .into_iter()
