@@ -149,7 +149,8 @@ fn plugin(getenv: &dyn Fn(&str) -> Option<String>) -> i32 {
             .filter(|k| k.starts_with("CNI_"))
             .filter_map(|k| getenv(&k).map(|v| (k, v)))
             .collect();
-        match plumb::shim::forward(&socket, &env, &stdin) {
+        let slow = |line: &str| plumb::shim::slow(&env, &stdin, line);
+        match plumb::shim::forward(&socket, &env, &stdin, &slow) {
             Ok(plumb::shim::Forwarded::Answer { stdout: out, code }) => {
                 let wrote = stdout.write_all(&out).and_then(|()| stdout.flush());
                 return if wrote.is_ok() { code } else { 1 };

@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use bytes::Bytes;
 use cni::error::{CniError, ErrorCode};
@@ -36,6 +37,14 @@ pub const EXIT_CODE_HEADER: &str = "plumb-exit-code";
 
 /// The most of an answer the shim reads: a plugin's output is a result or an error.
 const MAX_ANSWER: usize = 16 << 20;
+
+/// How long a call waits for the daemon's answer before it says so, and how often it says so
+/// again after that (as a call waiting for its container's turn, container_lock.rs). A call
+/// takes seconds at most; one the daemon has not answered in this long has a daemon that does
+/// not run it (stopped, or stuck), and every call of the node waits with it. Before, nothing
+/// was said until the runtime gave up.
+const SLOW: Duration = Duration::from_secs(10);
+const STILL_SLOW_EVERY: Duration = Duration::from_secs(60);
 
 /// The daemon socket `stdin` (plumb's configuration) names, if any. A configuration that is not
 /// JSON names none: thin mode then reports what is wrong with it.
@@ -79,14 +88,17 @@ pub fn parse_request(body: &[u8]) -> Result<(BTreeMap<String, String>, &[u8]), S
     Ok((env, &body[end + 1..]))
 }
 
-/// Sends the call (`env`, `stdin`) to the daemon at `socket`.
+/// Sends the call (`env`, `stdin`) to the daemon at `socket`. A daemon slow to answer is
+/// told to `slow`, with what it is doing ([`SLOW`]).
 pub fn forward(
     socket: &Path,
     env: &BTreeMap<String, String>,
     stdin: &[u8],
+    slow: &dyn Fn(&str),
 ) -> Result<Forwarded, CniError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
+        .enable_time()
         .build()
         .map_err(|e| CniError::new(ErrorCode::Internal, format!("tokio runtime: {e}")))?;
     let lost = |e: &dyn std::fmt::Display| {
@@ -126,7 +138,7 @@ pub fn forward(
                 ));
             }
         };
-        trusted(socket, &stream)?;
+        let pid = trusted(socket, &stream)?;
         let (mut sender, connection) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
                 .await
@@ -136,7 +148,23 @@ pub fn forward(
             .header(http::header::HOST, "plumb")
             .body(Full::new(Bytes::from(request_body(env, stdin))))
             .map_err(|e| CniError::new(ErrorCode::Internal, e.to_string()))?;
-        let answer = sender.send_request(request).await.map_err(|e| lost(&e))?;
+        let mut sending = std::pin::pin!(sender.send_request(request));
+        let (sent, mut said_at) = (tokio::time::Instant::now(), SLOW);
+        let answer = loop {
+            match tokio::time::timeout_at(sent + said_at, &mut sending).await {
+                Ok(answer) => break answer.map_err(|e| lost(&e))?,
+                Err(_) => {
+                    slow(&format!(
+                        "plumb daemon at {} ({}) has not answered the call in {} s; still \
+                         waiting",
+                        socket.display(),
+                        process(pid),
+                        said_at.as_secs()
+                    ));
+                    said_at += STILL_SLOW_EVERY;
+                }
+            }
+        };
         let status = answer.status();
         let code = answer
             .headers()
@@ -172,16 +200,12 @@ pub fn forward(
 /// (docs/troubleshooting.md): the runtime shows the message alone, in the pod's event, and a
 /// node runs many pods. And, for an ADD or a DEL, said in plumb's log, by the plugin (in
 /// `logFile`, and on the runtime's stderr with `logToStderr`): the daemon that would have
-/// logged it is gone, or never had the call. Only on this failed path: a forwarded call's success reads nothing more.
+/// logged it is gone, or never had the call. Only on this failed path: a forwarded call's
+/// success reads nothing more.
 pub fn failed(mut e: CniError, env: &BTreeMap<String, String>, stdin: &[u8]) -> CniError {
     let get = |k: &str| env.get(k).map(String::as_str).unwrap_or_default();
-    let container = get("CNI_CONTAINERID");
-    if !container.is_empty() {
-        // A `CNI_ARGS` the daemon would refuse names no pod here: the container alone then.
-        let pod = cni::args::parse(get("CNI_ARGS"))
-            .ok()
-            .and_then(|pairs| crate::pod_args::PodArgs::from_args(&pairs).ok().flatten());
-        e = e.context(crate::plugin::who(&pod, container));
+    if let Some(who) = who(env) {
+        e = e.context(who);
     }
     // CNI spec 1.1 §STATUS defines 50 and 51 for it, and every STATUS failure of plumb's own
     // is 50 (plugin.rs, docs/troubleshooting.md): the node's network is not ready while the
@@ -196,20 +220,50 @@ pub fn failed(mut e: CniError, env: &BTreeMap<String, String>, stdin: &[u8]) -> 
     }
     // As thin mode logs them: failed ADDs and DELs. Not STATUS, which the runtime sends every
     // few seconds, nor CHECK and GC.
-    let command = get("CNI_COMMAND");
-    if matches!(command, "ADD" | "DEL")
-        && let Ok(config) = crate::config::Config::parse(stdin)
-    {
-        crate::log::Log::from_config(&config).error(&format!("{command}: {e}"));
+    if matches!(get("CNI_COMMAND"), "ADD" | "DEL") {
+        log_error(env, stdin, &e.msg);
     }
     e
+}
+
+/// [`forward`]'s `slow`: a call the daemon is slow to answer, said in plumb's log by the
+/// plugin (the daemon may be stopped or stuck), named for its pod and container.
+pub fn slow(env: &BTreeMap<String, String>, stdin: &[u8], line: &str) {
+    let line = match who(env) {
+        Some(who) => format!("{who}: {line}"),
+        None => line.to_string(),
+    };
+    log_error(env, stdin, &line);
+}
+
+/// The call's pod and container, as errors name them; none for a call of the whole node.
+fn who(env: &BTreeMap<String, String>) -> Option<String> {
+    let get = |k: &str| env.get(k).map(String::as_str).unwrap_or_default();
+    let container = get("CNI_CONTAINERID");
+    if container.is_empty() {
+        return None;
+    }
+    // A `CNI_ARGS` the daemon would refuse names no pod here: the container alone then.
+    let pod = cni::args::parse(get("CNI_ARGS"))
+        .ok()
+        .and_then(|pairs| crate::pod_args::PodArgs::from_args(&pairs).ok().flatten());
+    Some(crate::plugin::who(&pod, container))
+}
+
+/// `line` at `error` in plumb's log as the call's configuration (`stdin`) says, after the
+/// call's command.
+fn log_error(env: &BTreeMap<String, String>, stdin: &[u8], line: &str) {
+    let command = env.get("CNI_COMMAND").map(String::as_str).unwrap_or("?");
+    if let Ok(config) = crate::config::Config::parse(stdin) {
+        crate::log::Log::from_config(&config).error(&format!("{command}: {line}"));
+    }
 }
 
 /// Whether the process listening on `socket` may be sent the call: it runs as root or as this
 /// plugin's own user. Whoever else listens there (the socket's directory left writable, a
 /// daemon started by the wrong user) would be handed the pod's configuration and would answer
 /// for its networks.
-fn trusted(socket: &Path, stream: &tokio::net::UnixStream) -> Result<(), CniError> {
+fn trusted(socket: &Path, stream: &tokio::net::UnixStream) -> Result<Option<i32>, CniError> {
     let own = nix::unistd::geteuid().as_raw();
     let untrusted = |what: String| {
         CniError::new(
@@ -222,7 +276,7 @@ fn trusted(socket: &Path, stream: &tokio::net::UnixStream) -> Result<(), CniErro
         )
     };
     match stream.peer_cred() {
-        Ok(peer) if peer.uid() == 0 || peer.uid() == own => Ok(()),
+        Ok(peer) if peer.uid() == 0 || peer.uid() == own => Ok(peer.pid()),
         Ok(peer) => Err(untrusted(format!(
             "the process listening runs as uid {}",
             peer.uid()
@@ -230,6 +284,29 @@ fn trusted(socket: &Path, stream: &tokio::net::UnixStream) -> Result<(), CniErro
         Err(e) => Err(untrusted(format!(
             "cannot tell who listens (SO_PEERCRED): {e}"
         ))),
+    }
+}
+
+/// The daemon's process `pid` as a slow call names it: its state, and what to do when it is
+/// stopped (SIGSTOP, a debugger, a frozen cgroup).
+fn process(pid: Option<i32>) -> String {
+    let Some(pid) = pid else {
+        return "its process unknown".into();
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command's name, which ends with the last ')'.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or("?");
+    match state {
+        "T" | "t" => format!(
+            "process {pid}, stopped: by SIGSTOP or a debugger; `kill -CONT {pid}` resumes it"
+        ),
+        "D" => format!("process {pid}, waiting on a device or file system"),
+        "Z" | "X" => format!("process {pid}, dead"),
+        "?" => format!("process {pid}"),
+        _ => format!("process {pid}, alive but not answering: stuck, or too busy"),
     }
 }
 

@@ -439,6 +439,49 @@ fn a_daemon_killed_while_a_delegate_runs_leaves_the_del_to_wait_for_that_delegat
     c.assert_node_clean("after the DEL of an ADD whose daemon was killed mid-delegate");
 }
 
+#[test]
+fn a_call_a_stopped_daemon_does_not_answer_is_said_in_the_log_naming_the_daemon() {
+    // A daemon stopped (SIGSTOP, a debugger, a frozen cgroup) or stuck takes the calls into
+    // its socket's queue and never answers: every pod of the node waited, and nothing was said
+    // until the runtime gave up (the daemon audit's finding 2). The plugin now says so after
+    // 10 s, naming the daemon's process and what it is doing; resumed, the daemon runs the call.
+    let (c, socket, d) = served(180);
+    let uid = c.pod("default", "held", json!({NETWORKS: "net-a"}));
+    let pod = ("default", "held", uid.as_str());
+    let ns = Netns::new();
+    let pid = d.pid().to_string();
+    let signal = |sig: &str| {
+        assert!(
+            std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP");
+    let out = std::thread::scope(|s| {
+        let call = s.spawn(|| call(&c.config, "ADD", &ns, pod, "h1"));
+        std::thread::sleep(Duration::from_millis(11_500));
+        signal("-CONT");
+        call.join().unwrap()
+    });
+    ok(&out);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        error_lines(&said),
+        [format!(
+            "ADD: pod default/held (container h1): plumb daemon at {} (process {pid}, stopped: by \
+             SIGSTOP or a debugger; `kill -CONT {pid}` resumes it) has not answered the call in \
+             10 s; still waiting",
+            socket.display()
+        )],
+        "{said}"
+    );
+    ok(&call(&c.config, "DEL", &ns, pod, "h1"));
+    c.assert_node_clean("after the DEL");
+}
+
 /// `plumb daemon` on `socket` whose stderr is a pipe nobody reads any more (a log collector
 /// that went away), once it listens. Killed when dropped if still running.
 struct Deaf(std::process::Child);

@@ -83,6 +83,11 @@ impl Daemon {
         }
     }
 
+    /// Its process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub fn alive(&mut self) -> bool {
         self.child
             .as_mut()
