@@ -1046,6 +1046,38 @@ fn a_del_whose_shim_was_killed_at_any_point_is_finished_by_the_next_one() {
     });
 }
 
+/// A template for `plumb daemon --write-config` from `c`'s configuration (without what the
+/// daemon fills in), `kubeconfig` in it when given: its file.
+fn template_file(c: &Cluster, kubeconfig: Option<&Path>) -> PathBuf {
+    let mut template = c.config.clone();
+    for k in ["cniVersion", "name", "type", "clusterNetwork"] {
+        template.as_object_mut().unwrap().remove(k);
+    }
+    if let Some(k) = kubeconfig {
+        template["kubeconfig"] = json!(k);
+    }
+    let file = c.node.path("template.json");
+    fs::write(&file, template.to_string()).unwrap();
+    file
+}
+
+/// The configuration of `c`'s cluster network (its bridge and host-local), as the network
+/// plugin's file would give it: named `cluster-net`.
+fn cluster_network(c: &Cluster) -> serde_json::Value {
+    let nad = c
+        .api
+        .get(
+            testkit::kube_api::Resource::NetworkAttachmentDefinitions,
+            "kube-system",
+            "default-net",
+        )
+        .unwrap();
+    let mut conf: serde_json::Value =
+        serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap();
+    conf["name"] = json!("cluster-net");
+    conf
+}
+
 /// `op` (`add`, `del`) of `plumb-cni-network` for the pod in `ns` by `plumb cni`, which runs
 /// a configuration list from the directory `net_d` as libcni does (cnitool), with `CNI_ARGS`
 /// `args` and capability arguments `caps`: the runtime, reading only the files there.
@@ -1082,13 +1114,7 @@ fn a_daemon_writes_plumbs_configuration_once_the_default_network_is_there_and_po
     let socket = socket_of(&c);
     let net_d = c.node.path("net.d");
     fs::create_dir_all(&net_d).unwrap();
-    // The template: the test's configuration but what the daemon fills in.
-    let mut template = c.config.clone();
-    for k in ["cniVersion", "name", "type", "clusterNetwork"] {
-        template.as_object_mut().unwrap().remove(k);
-    }
-    let template_file = c.node.path("template.json");
-    fs::write(&template_file, template.to_string()).unwrap();
+    let template_file = template_file(&c, None);
     let daemon = Daemon::start_with(
         &socket,
         None,
@@ -1109,16 +1135,8 @@ fn a_daemon_writes_plumbs_configuration_once_the_default_network_is_there_and_po
 
     // The default network's configuration arrives, as a network plugin's DaemonSet writes it:
     // the cluster network's bridge, and portmap, whose capability plumb must then declare.
-    let nad = c
-        .api
-        .get(
-            testkit::kube_api::Resource::NetworkAttachmentDefinitions,
-            "kube-system",
-            "default-net",
-        )
-        .unwrap();
-    let bridge: serde_json::Value =
-        serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap();
+    let mut bridge = cluster_network(&c);
+    bridge.as_object_mut().unwrap().remove("name");
     let default_network = json!({
         "cniVersion": "1.0.0", "name": "cluster-net",
         "plugins": [bridge, {"type": "portmap", "capabilities": {"portMappings": true}}],
@@ -1224,25 +1242,12 @@ fn a_daemon_keeps_a_kubeconfig_from_its_service_account_and_pods_attach_after_th
     fs::write(sa.join("token"), &old_token).unwrap();
     fs::write(sa.join("ca.crt"), c.api.ca_pem().unwrap()).unwrap();
     let kubeconfig = net_d.join("plumb.d/plumb.kubeconfig");
-    let mut template = c.config.clone();
-    for k in ["cniVersion", "name", "type", "clusterNetwork"] {
-        template.as_object_mut().unwrap().remove(k);
-    }
-    template["kubeconfig"] = json!(kubeconfig);
-    let template_file = c.node.path("template.json");
-    fs::write(&template_file, template.to_string()).unwrap();
-    let nad = c
-        .api
-        .get(
-            testkit::kube_api::Resource::NetworkAttachmentDefinitions,
-            "kube-system",
-            "default-net",
-        )
-        .unwrap();
-    let mut default_network: serde_json::Value =
-        serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap();
-    default_network["name"] = json!("cluster-net");
-    fs::write(net_d.join("10-cluster.conf"), default_network.to_string()).unwrap();
+    let template_file = template_file(&c, Some(&kubeconfig));
+    fs::write(
+        net_d.join("10-cluster.conf"),
+        cluster_network(&c).to_string(),
+    )
+    .unwrap();
     let (host, port) = (
         c.api.addr().ip().to_string(),
         c.api.addr().port().to_string(),

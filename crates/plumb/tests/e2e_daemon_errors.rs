@@ -319,6 +319,24 @@ fn slow_bridge(c: &Cluster, command: &str, secs: f32) -> PathBuf {
     bin
 }
 
+/// `c` with the NAD `default/<name>` of [`slow_bridge`] on `command` (on net-a's bridge, its
+/// addresses from `subnet`), plumb's `binDir` holding it.
+fn with_slow_bridge(c: Cluster, name: &str, command: &str, secs: f32, subnet: &str) -> Cluster {
+    let bin = slow_bridge(&c, command, secs);
+    let c = c.with("binDir", json!(bin));
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "default",
+            name,
+            json!({"cniVersion": "1.0.0", "type": "slowbridge", "bridge": c._links[1].name(),
+                   "ipam": {"type": "host-local", "subnet": subnet,
+                            "dataDir": c.node.ipam_dir()}}),
+        ),
+    );
+    c
+}
+
 /// The error of a call the daemon was killed during: code 11, named for its pod and container
 /// like every error of a call, then the socket; the runtime's stderr (where the plugin logs,
 /// the daemon being gone) has it as one error line. Its message.
@@ -345,18 +363,7 @@ fn cut(out: &Output, command: &str, pod: &str, cid: &str, socket: &std::path::Pa
 #[test]
 fn a_daemon_killed_during_a_call_fails_it_naming_the_pod_and_the_runtimes_retry_finishes_it() {
     let (c, socket, d) = served(195);
-    let bin = slow_bridge(&c, "DEL", 1.5);
-    let c = c.with("binDir", json!(bin));
-    c.api.put(
-        Resource::NetworkAttachmentDefinitions,
-        nad(
-            "default",
-            "slowdel",
-            json!({"cniVersion": "1.0.0", "type": "slowbridge", "bridge": c._links[1].name(),
-                   "ipam": {"type": "host-local", "subnet": "10.195.9.0/24",
-                            "dataDir": c.node.ipam_dir()}}),
-        ),
-    );
+    let c = with_slow_bridge(c, "slowdel", "DEL", 1.5, "10.195.9.0/24");
     let uid = c.pod("default", "cut", json!({NETWORKS: "slowdel"}));
     let pod = ("default", "cut", uid.as_str());
 
@@ -404,18 +411,7 @@ fn a_daemon_killed_while_a_delegate_runs_leaves_the_del_to_wait_for_that_delegat
     // its address, left to nobody (reproduced by the daemon audit). The delegate now holds its
     // call's lock: the DEL waits for it to end, then undoes it too.
     let (c, socket, d) = served(181);
-    let bin = slow_bridge(&c, "ADD", 2.0);
-    let c = c.with("binDir", json!(bin));
-    c.api.put(
-        Resource::NetworkAttachmentDefinitions,
-        nad(
-            "default",
-            "slowadd",
-            json!({"cniVersion": "1.0.0", "type": "slowbridge", "bridge": c._links[1].name(),
-                   "ipam": {"type": "host-local", "subnet": "10.181.9.0/24",
-                            "dataDir": c.node.ipam_dir()}}),
-        ),
-    );
+    let c = with_slow_bridge(c, "slowadd", "ADD", 2.0, "10.181.9.0/24");
     let uid = c.pod("default", "orphan", json!({NETWORKS: "slowadd"}));
     let pod = ("default", "orphan", uid.as_str());
     let ns = Netns::new();
