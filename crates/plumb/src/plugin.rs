@@ -481,6 +481,26 @@ fn attachments_in_use(
     in_use
 }
 
+/// The turn of `id`, a container GC found stale, to delete it; none when a call still runs for
+/// it (its lock held), which says it is not gone, or not yet: it is then left alone, in `busy`,
+/// its attachments kept as live, for the next GC.
+fn stale_turn(
+    call: &Call,
+    id: &str,
+    errors: &mut ErrorList,
+    busy: &mut Vec<String>,
+) -> Option<crate::container_lock::Turn> {
+    match crate::container_lock::try_take_for(&call.records, id) {
+        Ok(Some(turn)) => return Some(turn),
+        Ok(None) => call
+            .log
+            .verbose(&format!("GC: {id} has a call running; left to the next GC")),
+        Err(e) => errors.push(e.context(format!("GC of stale container {id}"))),
+    }
+    busy.push(id.to_string());
+    None
+}
+
 /// `pod` as errors name it.
 pub(crate) fn who(pa: &Option<PodArgs>, container_id: &str) -> String {
     match pa {
@@ -873,22 +893,8 @@ impl Plumb<'_> {
                         attached_by_hand.push(id.clone());
                         continue;
                     }
-                    // A call still running for it (its lock held) says it is not gone, or
-                    // not yet: left alone, its attachments kept as live, for the next GC.
-                    let turn = match crate::container_lock::try_take_for(&call.records, id) {
-                        Ok(Some(turn)) => turn,
-                        Ok(None) => {
-                            call.log.verbose(&format!(
-                                "GC: {id} has a call running; left to the next GC"
-                            ));
-                            busy.push(id.clone());
-                            continue;
-                        }
-                        Err(e) => {
-                            errors.push(e.context(format!("GC of stale container {id}")));
-                            busy.push(id.clone());
-                            continue;
-                        }
+                    let Some(turn) = stale_turn(call, id, &mut errors, &mut busy) else {
+                        continue;
                     };
                     let stale = Sandbox {
                         container_id: id.clone(),
@@ -931,17 +937,8 @@ impl Plumb<'_> {
                             .verbose(&format!("GC: {id} passed over: {}", e.msg));
                         continue;
                     }
-                    let turn = match crate::container_lock::try_take_for(&call.records, id) {
-                        Ok(Some(turn)) => turn,
-                        Ok(None) => {
-                            busy.push(id.clone());
-                            continue;
-                        }
-                        Err(e) => {
-                            errors.push(e.context(format!("GC of stale container {id}")));
-                            busy.push(id.clone());
-                            continue;
-                        }
+                    let Some(turn) = stale_turn(call, id, &mut errors, &mut busy) else {
+                        continue;
                     };
                     let stale = Sandbox {
                         container_id: id.clone(),
