@@ -10,8 +10,8 @@
 //! so that the runtime passes their arguments (CNI spec §3 "Deriving runtimeConfig"), and its
 //! `cniVersion` is the list's. What operators meet with Multus's is put right:
 //! - The file exists exactly while the default network's does. Written only once that
-//!   configuration is there, so the runtime does not take the node for ready before it is
-//!   (multus-reference.md §5.4); removed when it goes, so a default network that removes its
+//!   configuration is there (and the template's `readinessindicatorfile`, if it names one),
+//!   so the runtime does not take the node for ready before it is (multus-reference.md §5.4); removed when it goes, so a default network that removes its
 //!   configuration to take the node out (on its own shutdown, say) still does.
 //! - It stays when the daemon stops: the plugin then runs its calls itself (docs/daemon.md),
 //!   where Multus's thick daemon deletes its file and pods start on the default network alone
@@ -74,6 +74,8 @@ pub struct ConfWriter {
     primary: Option<String>,
     /// plumb's configuration keys, as the plugin will see them.
     template: Map<String, Value>,
+    /// The template's `readinessindicatorfile`: the default network is ready once it is there.
+    ready_when: Option<PathBuf>,
     /// The last reason for waiting, so that each is said once.
     waiting: Option<String>,
 }
@@ -132,11 +134,12 @@ impl ConfWriter {
         let list = json!({"cniVersion": "1.0.0", "name": NETWORK_NAME,
                           "plugins": [plugin_entry(&keys, &probe)]});
         let stdin = plumb_stdin(&list).expect("the list has plumb's entry");
-        Config::parse(stdin.to_string().as_bytes()).map_err(|e| at(e.msg))?;
+        let config = Config::parse(stdin.to_string().as_bytes()).map_err(|e| at(e.msg))?;
         Ok(ConfWriter {
             dir,
             primary,
             template: keys,
+            ready_when: config.readiness_indicator_file,
             waiting: None,
         })
     }
@@ -151,6 +154,18 @@ impl ConfWriter {
     /// configuration is gone.
     pub fn step(&mut self) -> Step {
         let step = match self.default_network() {
+            // The template says when the default network is ready: until then its
+            // configuration may be there (Flannel's, say, before flanneld has its subnet), and
+            // written, the node would look ready while every ADD waited 45 s for the file and
+            // failed (Multus's thin installer does so: multus-reference.md §3.3, #1306). Read
+            // where the plugin reads it, since the daemon runs the calls with the node's view.
+            // A file written already is kept, as for a default network that cannot be read.
+            Ok(Found::Conf(..)) if self.ready_when.as_ref().is_some_and(|file| !file.exists()) => {
+                Step::Waiting(format!(
+                    "the default network is not ready: readinessindicatorfile {} is missing",
+                    self.ready_when.as_ref().expect("checked").display()
+                ))
+            }
             Ok(Found::Conf(name, conf, skipped)) => self.write(&name, &conf, &skipped),
             Ok(Found::None(skipped)) => self.remove(&skipped),
             Err(why) => Step::Waiting(why),
@@ -600,6 +615,28 @@ mod tests {
             &json!({"cniVersion": "1.0.0", "name": "m", "type": "multus"}),
         );
         assert!(matches!(w.step(), Step::Waiting(why) if why.contains("not of a default network")));
+    }
+
+    #[test]
+    fn a_default_network_not_ready_by_the_templates_readiness_file_is_waited_for() {
+        // Multus's thin installer wrote its file whatever the readiness indicator said
+        // (multus-reference.md §3.3, #1306): the node looked ready, and every ADD waited 45 s
+        // for the file and failed. The file is written once the readiness file is there.
+        let d = tempfile::tempdir().unwrap();
+        let ready = d.path().join("subnet.env");
+        let (mut w, _d) = writer(json!({"readinessindicatorfile": ready}), None);
+        put(&w, "10-flannel.conf", &bridge("cbr0", "1.0.0"));
+        let step = w.step();
+        assert!(
+            matches!(&step, Step::Waiting(why) if why.contains("not ready")
+                && why.contains(&ready.display().to_string())),
+            "{step:?}"
+        );
+        assert!(!w.output().exists());
+        assert_eq!(w.step(), Step::Same);
+        std::fs::write(&ready, "FLANNEL_NETWORK=10.244.0.0/16").unwrap();
+        assert!(matches!(w.step(), Step::Wrote(why) if why.contains("10-flannel.conf")));
+        assert!(w.output().exists());
     }
 
     #[test]
