@@ -118,7 +118,9 @@ impl NodeFiles {
         }
         if let Some(k) = &mut self.kubeconfig {
             let step = k.step();
-            self.kubeconfig_ready |= matches!(step, Step::Same | Step::Wrote(_));
+            // Not from `step`: a reason to wait said already comes back as `Step::Same`, and
+            // plumb's configuration was written at the second look with no kubeconfig.
+            self.kubeconfig_ready |= k.written();
             tell(k.output(), step);
         }
         if let Some(c) = &mut self.conf
@@ -686,4 +688,53 @@ fn call(
     let mut stdout = Vec::new();
     let code = cni::skel::dispatch(&plugin, &getenv, &mut &stdin[..], &mut stdout);
     (stdout, code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plumbs_configuration_waits_for_the_kubeconfig_however_long_that_takes() {
+        // The service account's token not there yet (the kubelet has not mounted it): plumb's
+        // configuration, which names the kubeconfig, must not be written, or every ADD fails
+        // on a missing file, not at the first look only but at every look after it.
+        let d = tempfile::tempdir().unwrap();
+        let (sa, conf_dir) = (d.path().join("sa"), d.path().join("net.d"));
+        std::fs::create_dir_all(&sa).unwrap();
+        std::fs::create_dir_all(&conf_dir).unwrap();
+        let kubeconfig = conf_dir.join("plumb.d/plumb.kubeconfig");
+        let template = d.path().join("template.json");
+        std::fs::write(
+            &template,
+            serde_json::json!({"kubeconfig": kubeconfig}).to_string(),
+        )
+        .unwrap();
+        std::fs::write(
+            conf_dir.join("10-bridge.conf"),
+            r#"{"cniVersion": "1.0.0", "name": "cbr0", "type": "bridge"}"#,
+        )
+        .unwrap();
+        let env = |v: &str| match v {
+            "KUBERNETES_SERVICE_HOST" => Some("10.96.0.1".to_string()),
+            "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
+            _ => None,
+        };
+        let conf = ConfWriter::new(&template, conf_dir.clone(), None, Path::new("/s")).unwrap();
+        let written = conf.output();
+        let mut files = NodeFiles {
+            kubeconfig: Some(KubeconfigWriter::new(kubeconfig.clone(), sa.clone(), env).unwrap()),
+            conf: Some(conf),
+            kubeconfig_ready: false,
+        };
+        for _ in 0..3 {
+            files.step();
+            assert!(!kubeconfig.exists());
+            assert!(!written.exists(), "written before the kubeconfig");
+        }
+        std::fs::write(sa.join("token"), "t").unwrap();
+        std::fs::write(sa.join("ca.crt"), "CA").unwrap();
+        files.step();
+        assert!(kubeconfig.exists() && written.exists());
+    }
 }

@@ -34,6 +34,8 @@ pub struct KubeconfigWriter {
     server: String,
     /// The last reason for waiting, so that each is said once.
     waiting: Option<String>,
+    /// Whether the kubeconfig and its credentials have been found written once.
+    written: bool,
 }
 
 impl KubeconfigWriter {
@@ -76,6 +78,7 @@ impl KubeconfigWriter {
             service_account,
             server: format!("https://{host}:{port}"),
             waiting: None,
+            written: false,
         })
     }
 
@@ -84,10 +87,17 @@ impl KubeconfigWriter {
         &self.path
     }
 
+    /// Whether a step has found the kubeconfig and its credentials written. Not [`Step::Same`]
+    /// alone, which is also a reason to wait said already.
+    pub fn written(&self) -> bool {
+        self.written
+    }
+
     /// One look: copies the service account's token and CA certificate beside the kubeconfig
     /// when they differ from the copies there, and writes the kubeconfig when it differs.
     pub fn step(&mut self) -> Step {
         let step = self.write();
+        self.written |= matches!(step, Step::Same | Step::Wrote(_));
         match step {
             Step::Waiting(why) if self.waiting.as_ref() == Some(&why) => Step::Same,
             Step::Waiting(why) => {
