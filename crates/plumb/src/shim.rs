@@ -41,8 +41,9 @@ const MAX_ANSWER: usize = 16 << 20;
 /// How long a call waits for the daemon's answer before it says so, and how often it says so
 /// again after that (as a call waiting for its container's turn, container_lock.rs). A call
 /// takes seconds at most; one the daemon has not answered in this long has a daemon that does
-/// not run it (stopped, or stuck), and every call of the node waits with it. Before, nothing
-/// was said until the runtime gave up.
+/// not run it (stopped, or stuck), and every call of the node waits with it, or is itself slow
+/// (a slow delegate, or its container's turn). Before, nothing was said until the runtime gave
+/// up.
 const SLOW: Duration = Duration::from_secs(10);
 const STILL_SLOW_EVERY: Duration = Duration::from_secs(60);
 
@@ -306,7 +307,13 @@ fn process(pid: Option<i32>) -> String {
         "D" => format!("process {pid}, waiting on a device or file system"),
         "Z" | "X" => format!("process {pid}, dead"),
         "?" => format!("process {pid}"),
-        _ => format!("process {pid}, alive but not answering: stuck, or too busy"),
+        // Running: the daemon may well be running the call, which takes its time (a slow
+        // delegate or API server, or its container's turn behind such a call); "stuck" alone
+        // sent the operator to restart a daemon that was working, cutting its calls.
+        _ => format!(
+            "process {pid}, running: the call may be slow (a delegate, the API server, or its \
+             container's turn behind another call), or the daemon stuck"
+        ),
     }
 }
 

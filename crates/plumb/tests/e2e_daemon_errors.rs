@@ -478,6 +478,47 @@ fn a_call_a_stopped_daemon_does_not_answer_is_said_in_the_log_naming_the_daemon(
     c.assert_node_clean("after the DEL");
 }
 
+#[test]
+fn a_call_still_running_in_the_daemon_after_10_s_is_not_said_to_be_a_stuck_daemon() {
+    // A delegate that takes its time (a DHCP server slow to answer, an IPAM with a remote
+    // store), or a call waiting for its container's turn behind such a one: the daemon runs
+    // it and answers in the end. The line said the daemon was 'alive but not answering: stuck,
+    // or too busy', and troubleshooting.md said to restart it, which cuts the call.
+    let (c, socket, d) = served(179);
+    let bin = slow_bridge(&c, "ADD", 11.0);
+    let c = c.with("binDir", json!(bin));
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "default",
+            "slowadd",
+            json!({"cniVersion": "1.0.0", "type": "slowbridge", "bridge": c._links[1].name(),
+                   "ipam": {"type": "host-local", "subnet": "10.179.9.0/24",
+                            "dataDir": c.node.ipam_dir()}}),
+        ),
+    );
+    let uid = c.pod("default", "slow", json!({NETWORKS: "slowadd"}));
+    let pod = ("default", "slow", uid.as_str());
+    let ns = Netns::new();
+    let out = call(&c.config, "ADD", &ns, pod, "s1");
+    ok(&out);
+    let pid = d.pid();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        error_lines(&said),
+        [format!(
+            "ADD: pod default/slow (container s1): plumb daemon at {} (process {pid}, running: \
+             the call may be slow (a delegate, the API server, or its container's turn behind \
+             another call), or the daemon stuck) has not answered the call in 10 s; still \
+             waiting",
+            socket.display()
+        )],
+        "{said}"
+    );
+    ok(&call(&c.config, "DEL", &ns, pod, "s1"));
+    c.assert_node_clean("after the DEL");
+}
+
 /// `plumb daemon` on `socket` whose stderr is a pipe nobody reads any more (a log collector
 /// that went away), once it listens. Killed when dropped if still running.
 struct Deaf(std::process::Child);
