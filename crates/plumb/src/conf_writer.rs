@@ -277,7 +277,15 @@ impl ConfWriter {
             .filter(|s| s.name.as_str() < OUTPUT)
             .map(|s| format!("{} ({:?})", s.name, s.kind))
             .collect();
-        let warning = if first.is_empty() {
+        let warning = if first.is_empty() && name < OUTPUT {
+            // The default network's own file sorts first (a `00-calico.conflist`): the
+            // runtime takes it and never reads plumb's, and pods got the default network alone
+            // while the daemon said only that it wrote plumb's.
+            format!(
+                "; but the runtime takes {name} itself first, which sorts before it by name: \
+                 plumb is not called until the default network's file is named to sort after it"
+            )
+        } else if first.is_empty() {
             String::new()
         } else {
             format!(
@@ -637,6 +645,28 @@ mod tests {
         std::fs::write(&ready, "FLANNEL_NETWORK=10.244.0.0/16").unwrap();
         assert!(matches!(w.step(), Step::Wrote(why) if why.contains("10-flannel.conf")));
         assert!(w.output().exists());
+    }
+
+    #[test]
+    fn a_default_network_that_sorts_before_plumbs_file_is_said() {
+        // The runtime takes the first file by name: this one, never plumb's.
+        let (mut w, _d) = writer(json!({}), None);
+        put(
+            &w,
+            "00-calico.conflist",
+            &bridge("k8s-pod-network", "1.0.0"),
+        );
+        let Step::Wrote(why) = w.step() else {
+            panic!("not written")
+        };
+        assert!(
+            why.ends_with(
+                "; but the runtime takes 00-calico.conflist itself first, which sorts before \
+                 it by name: plumb is not called until the default network's file is named to \
+                 sort after it"
+            ),
+            "{why}"
+        );
     }
 
     #[test]
