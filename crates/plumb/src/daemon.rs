@@ -428,7 +428,9 @@ async fn serve(
     loop {
         let stream = tokio::select! {
             () = signals.recv() => break,
-            _ = conf_watch.tick(), if files.keeps_any() && listener.is_some() => {
+            // Also once the socket is lost, unless to another daemon (below): the token copy
+            // must go on being renewed while calls run in the plugin.
+            _ = conf_watch.tick(), if files.keeps_any() => {
                 files.step();
                 continue;
             }
@@ -439,11 +441,11 @@ async fn serve(
                     // something else put there: no daemon serves on it then, every call runs
                     // in the plugin, and a daemon started refuses the path (`listen`) until it
                     // is removed, which the operator is to read here, not "another daemon".
+                    let taken_over = std::fs::symlink_metadata(socket)
+                        .is_ok_and(|m| m.file_type().is_socket());
                     let now = match std::fs::symlink_metadata(socket) {
                         Err(_) => "was removed".to_string(),
-                        Ok(m) if m.file_type().is_socket() => {
-                            "now belongs to another daemon".to_string()
-                        }
+                        Ok(_) if taken_over => "now belongs to another daemon".to_string(),
                         Ok(m) => format!(
                             "was replaced by a {}, not a socket: calls run in the plugin \
                              itself, and a daemon started refuses the path until it is removed",
@@ -464,8 +466,13 @@ async fn serve(
                     ));
                     serve_queued(lost, &shared);
                     // The daemon that took the socket keeps the files now; two writers
-                    // from two templates would rewrite them in turn.
-                    files.hand_over();
+                    // from two templates would rewrite them in turn. A socket removed or
+                    // replaced by something else leaves no other daemon: this one keeps them,
+                    // or plumb's configuration would stop following the default network and
+                    // the copied token expire.
+                    if taken_over {
+                        files.hand_over();
+                    }
                 }
                 continue;
             }

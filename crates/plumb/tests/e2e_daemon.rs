@@ -1328,3 +1328,41 @@ fn a_daemon_keeps_a_kubeconfig_from_its_service_account_and_pods_attach_after_th
     );
     c.assert_node_clean("after both pods");
 }
+
+#[test]
+fn a_daemon_whose_socket_was_removed_goes_on_keeping_plumbs_configuration() {
+    // A socket removed by hand (or replaced by a file) leaves no other daemon to keep the
+    // files: the daemon stopped keeping them, and plumb's configuration no longer followed the
+    // default network (nor, with --write-kubeconfig, was the token renewed). Only a daemon
+    // that took the socket over takes them.
+    let c = Cluster::new(178);
+    let socket = socket_of(&c);
+    let net_d = c.node.path("net.d");
+    fs::create_dir_all(&net_d).unwrap();
+    let template_file = template_file(&c, None);
+    fs::write(
+        net_d.join("10-cluster.conf"),
+        cluster_network(&c).to_string(),
+    )
+    .unwrap();
+    let daemon = Daemon::start_with(
+        &socket,
+        None,
+        &[
+            "--write-config".as_ref(),
+            template_file.as_os_str(),
+            "--cni-conf-dir".as_ref(),
+            net_d.as_os_str(),
+        ],
+        &[],
+    );
+    daemon.wait_for("wrote");
+    let written = net_d.join("00-plumb.conflist");
+    assert!(written.exists());
+    fs::remove_file(&socket).unwrap();
+    daemon.wait_for("was removed");
+    fs::remove_file(net_d.join("10-cluster.conf")).unwrap();
+    let said = daemon.wait_for(&format!("removed {}", written.display()));
+    assert!(!said.contains("no longer keeping"), "{said}");
+    assert!(!written.exists());
+}
