@@ -940,6 +940,12 @@ impl Plumb<'_> {
                     let Some(turn) = stale_turn(call, id, &mut errors, &mut busy) else {
                         continue;
                     };
+                    // Its DEL may have come between the look above and the turn: it removed
+                    // the file, and there is nothing left to do (the turn's lock file aside).
+                    if !path.exists() {
+                        turn.end_for_good();
+                        continue;
+                    }
                     let stale = Sandbox {
                         container_id: id.clone(),
                         ..Sandbox::default()
