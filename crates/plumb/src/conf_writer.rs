@@ -11,8 +11,9 @@
 //! `cniVersion` is the list's. What operators meet with Multus's is put right:
 //! - The file exists exactly while the default network's does. Written only once that
 //!   configuration is there (and the template's `readinessindicatorfile`, if it names one),
-//!   so the runtime does not take the node for ready before it is (multus-reference.md §5.4); removed when it goes, so a default network that removes its
-//!   configuration to take the node out (on its own shutdown, say) still does.
+//!   so the runtime does not take the node for ready before it is (multus-reference.md §5.4);
+//!   removed when it goes, so a default network that removes its configuration to take the
+//!   node out (on its own shutdown, say) still does.
 //! - It stays when the daemon stops: the plugin then runs its calls itself (docs/daemon.md),
 //!   where Multus's thick daemon deletes its file and pods start on the default network alone
 //!   (§5.2, Multus issue #1527).
@@ -202,7 +203,14 @@ impl ConfWriter {
             let path = self.dir.join(&name);
             let bytes = match cni::files::read_bounded(&path, MAX_CONF_FILE) {
                 Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // Gone since it was listed; but a link to nothing is there, and the runtime
+                // would fail on it as well.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        && std::fs::symlink_metadata(&path).is_err() =>
+                {
+                    continue;
+                }
                 Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
             };
             let conf: Value = match serde_json::from_slice(&bytes) {
@@ -232,9 +240,10 @@ impl ConfWriter {
         Ok(Found::None(skipped))
     }
 
-    /// The directory's configuration files by name, as a runtime orders them (libcni's
-    /// `ConfFiles`: `.conf`, `.conflist`, `.json`), without this writer's own file and hidden
-    /// ones (temporary files).
+    /// The directory's configuration files by name, as a runtime lists and orders them
+    /// (libcni's `ConfFiles`: every entry that is not a directory, a link included, whose
+    /// extension is `.conf`, `.conflist` or `.json`), without this writer's own file (its
+    /// temporary file, `.00-plumb.conflist.tmp<pid>`, has none of those extensions).
     fn candidates(&self) -> Result<Vec<String>, String> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
@@ -242,15 +251,17 @@ impl ConfWriter {
             Err(e) => return Err(format!("cannot list {}: {e}", self.dir.display())),
         };
         let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter_map(|e| {
+                let e = e.ok()?;
+                // The entry's own type, a link's not followed, as libcni's `IsDir`.
+                (!e.file_type().ok()?.is_dir()).then_some(e.file_name().into_string().ok()?)
+            })
             .filter(|n| {
-                !n.starts_with('.')
-                    && n != OUTPUT
+                n != OUTPUT
                     && [".conf", ".conflist", ".json"]
                         .iter()
                         .any(|ext| n.ends_with(ext))
             })
-            .filter(|n| self.dir.join(n).is_file())
             .collect();
         names.sort();
         Ok(names)
@@ -606,6 +617,22 @@ mod tests {
         }
         put(&w, "05-a.conf", &bridge("a", "1.0.0"));
         assert!(matches!(w.step(), Step::Wrote(why) if why.contains("05-a.conf (a)")));
+    }
+
+    #[test]
+    fn the_default_network_is_the_file_libcni_would_take_a_hidden_one_or_a_link_too() {
+        // libcni's ConfFiles lists every entry but directories: a hidden file is a
+        // configuration like any other, and a link to nothing is one the runtime fails on.
+        let (mut w, _d) = writer(json!({}), None);
+        put(&w, "10-b.conf", &bridge("b", "1.0.0"));
+        put(&w, ".05-hidden.conf", &bridge("hidden", "1.0.0"));
+        std::fs::create_dir(w.dir.join("01-dir.conf")).unwrap();
+        assert!(matches!(w.step(), Step::Wrote(why) if why.contains(".05-hidden.conf (hidden)")));
+        std::os::unix::fs::symlink(w.dir.join("gone.conf"), w.dir.join(".01-link.conf")).unwrap();
+        assert!(
+            matches!(w.step(), Step::Waiting(why) if why.contains(".01-link.conf: ")),
+            "a link to nothing passed over"
+        );
     }
 
     #[test]
