@@ -456,14 +456,41 @@ fn a_call_a_stopped_daemon_does_not_answer_is_said_in_the_log_naming_the_daemon(
         );
     };
     signal("-STOP");
-    let out = std::thread::scope(|s| {
-        let call = s.spawn(|| call(&c.config, "ADD", &ns, pod, "h1"));
-        std::thread::sleep(Duration::from_millis(11_500));
-        signal("-CONT");
-        call.join().unwrap()
+    let netns = ns.path().display().to_string();
+    let args = pod_args(pod, "h1");
+    let mut plugin = common::start(
+        &CniCall {
+            command: "ADD",
+            container_id: "h1",
+            netns: &netns,
+            ifname: "eth0",
+            args: &args,
+            config: &c.config,
+        },
+        |_| {},
+    );
+    // Its stderr read as it comes: the daemon is resumed once the line is there.
+    let mut stderr = plugin.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let (mut said, mut buf) = (Vec::new(), [0u8; 4096]);
+        while let Ok(n @ 1..) = std::io::Read::read(&mut stderr, &mut buf) {
+            said.extend_from_slice(&buf[..n]);
+            if said.windows(14).any(|w| w == b"still waiting\n") {
+                break;
+            }
+        }
+        said
     });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !reader.is_finished() {
+        assert!(Instant::now() < deadline, "no line in 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal("-CONT");
+    let said = reader.join().unwrap();
+    let out = plugin.wait_with_output().unwrap();
     ok(&out);
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = String::from_utf8_lossy(&said);
     assert_eq!(
         error_lines(&said),
         [format!(
@@ -485,18 +512,7 @@ fn a_call_still_running_in_the_daemon_after_10_s_is_not_said_to_be_a_stuck_daemo
     // it and answers in the end. The line said the daemon was 'alive but not answering: stuck,
     // or too busy', and troubleshooting.md said to restart it, which cuts the call.
     let (c, socket, d) = served(179);
-    let bin = slow_bridge(&c, "ADD", 11.0);
-    let c = c.with("binDir", json!(bin));
-    c.api.put(
-        Resource::NetworkAttachmentDefinitions,
-        nad(
-            "default",
-            "slowadd",
-            json!({"cniVersion": "1.0.0", "type": "slowbridge", "bridge": c._links[1].name(),
-                   "ipam": {"type": "host-local", "subnet": "10.179.9.0/24",
-                            "dataDir": c.node.ipam_dir()}}),
-        ),
-    );
+    let c = with_slow_bridge(c, "slowadd", "ADD", 11.0, "10.179.9.0/24");
     let uid = c.pod("default", "slow", json!({NETWORKS: "slowadd"}));
     let pod = ("default", "slow", uid.as_str());
     let ns = Netns::new();
