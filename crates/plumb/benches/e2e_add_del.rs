@@ -97,6 +97,11 @@ fn run(bin: &str, env: &[(&str, &str)], stdin: &[u8]) -> Output {
 /// The three delegate configurations, as plumb gives them (name and cniVersion set).
 struct Delegates {
     configs: Vec<(String, Value)>, // (ifname, config)
+    /// `BASELINE=runtime`: run them as a runtime's libcni does, not bare: each ADD's result
+    /// written to a result cache in this directory (`cacheAdd`: the file written in place, no
+    /// fsync), and each DEL given it as `prevResult`, then the file removed (`cacheDel`). What
+    /// plumb does for its delegates, and what a runtime does for every plugin it runs.
+    cache: Option<PathBuf>,
 }
 
 impl Delegates {
@@ -118,7 +123,18 @@ impl Delegates {
 
     fn call(&self, command: &str, cid: &str, netns: &str, ifname: &str, conf: &Value) {
         let bin = format!("{PLUGINS}/{}", conf["type"].as_str().unwrap());
-        run(
+        let network = conf["name"].as_str().unwrap();
+        // libcni's file name: <cacheDir>/results/<network>-<containerID>-<ifname>.
+        let entry = self
+            .cache
+            .as_ref()
+            .map(|dir| dir.join(format!("results/{network}-{cid}-{ifname}")));
+        let mut stdin = conf.clone();
+        if let (Some(entry), "DEL") = (&entry, command) {
+            let cached: Value = serde_json::from_slice(&std::fs::read(entry).unwrap()).unwrap();
+            stdin["prevResult"] = cached["result"].clone();
+        }
+        let out = run(
             &bin,
             &[
                 ("CNI_COMMAND", command),
@@ -127,8 +143,20 @@ impl Delegates {
                 ("CNI_IFNAME", ifname),
                 ("CNI_PATH", PLUGINS),
             ],
-            conf.to_string().as_bytes(),
+            stdin.to_string().as_bytes(),
         );
+        match (&entry, command) {
+            (Some(entry), "ADD") => {
+                let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+                let cached = json!({"kind": "cniCacheV1", "containerId": cid,
+                    "config": conf.to_string(), "ifName": ifname, "networkName": network,
+                    "netns": netns, "result": result});
+                std::fs::create_dir_all(entry.parent().unwrap()).unwrap();
+                std::fs::write(entry, serde_json::to_vec(&cached).unwrap()).unwrap();
+            }
+            (Some(entry), "DEL") => std::fs::remove_file(entry).unwrap(),
+            _ => {}
+        }
     }
 }
 
@@ -244,12 +272,14 @@ fn main() {
             conf.as_bytes(),
         )
     };
+    let runtime_baseline = std::env::var("BASELINE").is_ok_and(|v| v == "runtime");
     let direct = Delegates {
         configs: vec![
             ("eth0".into(), default_net.clone()),
             ("net1".into(), net_a.clone()),
             ("mv1".into(), net_b.clone()),
         ],
+        cache: runtime_baseline.then(|| dir.path().join("runtime-cache")),
     };
 
     if let Some(secs) = std::env::var("HOLD").ok().and_then(|s| s.parse().ok()) {
@@ -354,10 +384,15 @@ fn main() {
     } else {
         "thin mode"
     };
+    let baseline = if runtime_baseline {
+        "run as a runtime runs them (libcni's result cache, prevResult on DEL)"
+    } else {
+        "run bare"
+    };
     println!(
         "e2e_add_del: {iterations} interleaved iterations of ADD+DEL of a pod on 3 networks \
-         through {mode} of {plumb_bin} ({} ms untimed before each ADD and each DEL; API latency \
-         {} ms)",
+         through {mode} of {plumb_bin}, against the delegates {baseline} ({} ms untimed before \
+         each ADD and each DEL; API latency {} ms)",
         ms(pause),
         ms(latency)
     );
@@ -384,6 +419,7 @@ fn main() {
     let report = json!({
         "iterations": iterations,
         "mode": mode,
+        "baseline": if runtime_baseline { "runtime" } else { "bare" },
         "plumb": plumb_bin,
         "shared_netns": shared.json(),
         "per_pod_netns": per_pod.json(),
