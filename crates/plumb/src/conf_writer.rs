@@ -279,8 +279,6 @@ impl ConfWriter {
         if before.as_deref() == Some(&bytes[..]) {
             return Step::Same;
         }
-        // Durable: a node that loses power just after must not come back with a half-written
-        // file that the runtime takes for plumb's.
         // A `00-multus.conf` left by a migration comes first by name: the runtime would go
         // on calling Multus and never read this file.
         let first: Vec<String> = skipped
@@ -305,6 +303,8 @@ impl ConfWriter {
                 first.join(", ")
             )
         };
+        // Durable: a node that loses power just after must not come back with a half-written
+        // file that the runtime takes for plumb's.
         match cni::cache::write_durable(&path, &bytes) {
             Ok(()) => Step::Wrote(format!(
                 "the default network is {name} ({}){}{warning}",
