@@ -152,6 +152,9 @@ struct Shared {
     running: AtomicUsize,
     /// The uid that may call: the daemon's own (root on a node).
     uid: u32,
+    /// The versions of the plugins that forwarded calls, other than the daemon's own, each
+    /// said once in the log.
+    other_versions: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// Serves calls on `args.socket` until SIGTERM or SIGINT (or until another daemon takes the
@@ -211,7 +214,11 @@ pub fn run(args: &Args) -> Result<(), CniError> {
             socket.display()
         )),
     }
-    say(format_args!("serving CNI calls on {}", socket.display()));
+    say(format_args!(
+        "serving CNI calls on {} (plumb {})",
+        socket.display(),
+        shim::VERSION
+    ));
     let served = rt.block_on(serve(
         listener,
         socket,
@@ -571,7 +578,7 @@ async fn answer(
                 ),
             ));
         }
-        ("POST", shim::PATH) => {}
+        ("POST", shim::PATH) => plugin_version(&request, &shared),
         (method, path) => {
             return Ok(reply(
                 StatusCode::NOT_FOUND,
@@ -632,6 +639,38 @@ async fn answer(
     r.headers_mut()
         .insert(shim::EXIT_CODE_HEADER, http::HeaderValue::from(code));
     Ok(r)
+}
+
+/// Says, once per version, that a call comes from a plugin of another version than the
+/// daemon's: the node's `/opt/cni/bin/plumb` and the daemon's image apart, normal during an
+/// upgrade, and what an operator looks for when the two behave differently. Calls run as the
+/// daemon's version whatever the plugin's.
+fn plugin_version(request: &Request<Incoming>, shared: &Shared) {
+    let theirs = match request.headers().get(shim::VERSION_HEADER) {
+        Some(v) => crate::objects::cut_at(
+            &crate::log::one_line(&String::from_utf8_lossy(v.as_bytes())),
+            100,
+        )
+        .into_owned(),
+        None => "unknown (older than the header)".to_string(),
+    };
+    if theirs == shim::VERSION {
+        return;
+    }
+    // A few are kept: an upgrade brings one, and no caller may grow the set without end.
+    let mut seen = shared
+        .other_versions
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let new = seen.len() < 16 && seen.insert(theirs.clone());
+    drop(seen);
+    if new {
+        say(format_args!(
+            "calls come from a plumb plugin of version {theirs}, and this daemon is {}: calls \
+             run as the daemon's version; run the same version of both once the upgrade is done",
+            shim::VERSION
+        ));
+    }
 }
 
 /// Set to true when dropped before [`Abandoned::answered`]: the request's future was dropped,

@@ -16,8 +16,8 @@
 //!
 //! The protocol, HTTP/1.1 over the unix socket (so that `curl --unix-socket` can talk to it):
 //! `POST /cni`, the body one line of JSON with the `CNI_*` variables, a newline, then the
-//! runtime's stdin as it came; the answer's body is what the plugin prints, its exit code in the
-//! `plumb-exit-code` header.
+//! runtime's stdin as it came, the plugin's version in the `plumb-version` header; the answer's
+//! body is what the plugin prints, its exit code in the `plumb-exit-code` header.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -34,6 +34,11 @@ pub const SOCKET_KEY: &str = "plumbDaemonSocket";
 /// The request's path and the answer's exit-code header.
 pub const PATH: &str = "/cni";
 pub const EXIT_CODE_HEADER: &str = "plumb-exit-code";
+/// The request's header naming the plugin's version: a daemon of another (mid-upgrade, the
+/// node's binary and the daemon's image apart) says so in its log.
+pub const VERSION_HEADER: &str = "plumb-version";
+/// This build's version, as the header gives it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The most of an answer the shim reads: a plugin's output is a result or an error.
 const MAX_ANSWER: usize = 16 << 20;
@@ -147,6 +152,7 @@ pub fn forward(
         let connection = tokio::spawn(connection);
         let request = http::Request::post(PATH)
             .header(http::header::HOST, "plumb")
+            .header(VERSION_HEADER, VERSION)
             .body(Full::new(Bytes::from(request_body(env, stdin))))
             .map_err(|e| CniError::new(ErrorCode::Internal, e.to_string()))?;
         let mut sending = std::pin::pin!(sender.send_request(request));

@@ -67,10 +67,15 @@ const NOBODY: u32 = 65534;
 /// One HTTP/1.1 request to the daemon, as curl --unix-socket would send it: its status and
 /// body.
 fn http(socket: &Path, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    http_with(socket, method, path, "", body)
+}
+
+/// [`http`], with `headers` (each line ending in `\r\n`) among the request's.
+fn http_with(socket: &Path, method: &str, path: &str, headers: &str, body: &[u8]) -> (u16, String) {
     let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: plumb\r\nConnection: close\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: plumb\r\nConnection: close\r\n{headers}\
          Content-Length: {}\r\n\r\n",
         body.len()
     )
@@ -1365,4 +1370,42 @@ fn a_daemon_whose_socket_was_removed_goes_on_keeping_plumbs_configuration() {
     let said = daemon.wait_for(&format!("removed {}", written.display()));
     assert!(!said.contains("no longer keeping"), "{said}");
     assert!(!written.exists());
+}
+
+#[test]
+fn a_call_from_a_plugin_of_another_version_is_said_once_in_the_daemons_log() {
+    // Mid-upgrade, the node's /opt/cni/bin/plumb and the daemon's image differ, and when the
+    // two behave differently the operator must be able to tell: the daemon says its version,
+    // and each other version that forwards it calls, once.
+    let (c, socket, daemon) = served(177);
+    let said = daemon.wait_for("serving CNI calls on");
+    assert!(
+        said.contains(&format!("(plumb {})", env!("CARGO_PKG_VERSION"))),
+        "{said}"
+    );
+    let version_call = br#"{"CNI_COMMAND":"VERSION"}
+{"cniVersion":"1.0.0"}"#;
+    for _ in 0..2 {
+        let (status, body) = http_with(
+            &socket,
+            "POST",
+            "/cni",
+            "plumb-version: 0.0.1\r\n",
+            version_call,
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    daemon.wait_for("calls come from a plumb plugin of version 0.0.1");
+    // The plugin of this build: nothing said.
+    ok(&common::run_node_wide("STATUS", &{
+        let mut conf = c.config.clone();
+        conf["cniVersion"] = json!("1.1.0");
+        conf
+    }));
+    let said = daemon.said();
+    assert_eq!(
+        said.matches("calls come from a plumb plugin").count(),
+        1,
+        "{said}"
+    );
 }
