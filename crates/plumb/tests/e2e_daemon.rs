@@ -1409,3 +1409,44 @@ fn a_call_from_a_plugin_of_another_version_is_said_once_in_the_daemons_log() {
         "{said}"
     );
 }
+
+#[test]
+fn a_daemon_that_takes_the_socket_over_takes_over_plumbs_configuration_too() {
+    // An upgrade with maxSurge: the new daemon takes the socket, and with it the keeping of
+    // plumb's configuration; the old one, draining, stops writing it, or two templates would
+    // rewrite the file in turn.
+    let c = Cluster::new(176);
+    let socket = socket_of(&c);
+    let net_d = c.node.path("net.d");
+    fs::create_dir_all(&net_d).unwrap();
+    let template_file = template_file(&c, None);
+    fs::write(
+        net_d.join("10-cluster.conf"),
+        cluster_network(&c).to_string(),
+    )
+    .unwrap();
+    let args: [&std::ffi::OsStr; 4] = [
+        "--write-config".as_ref(),
+        template_file.as_os_str(),
+        "--cni-conf-dir".as_ref(),
+        net_d.as_os_str(),
+    ];
+    let old = Daemon::start_with(&socket, None, &args, &[]);
+    old.wait_for("wrote");
+    let new = Daemon::start_with(&socket, None, &args, &[]);
+    let written = net_d.join("00-plumb.conflist");
+    old.wait_for(&format!("no longer keeping {}", written.display()));
+    // The default network changes: the new daemon follows it, the old one does not.
+    let mut changed = cluster_network(&c);
+    changed["name"] = json!("cluster-net-2");
+    fs::write(net_d.join("10-cluster.conf"), changed.to_string()).unwrap();
+    new.wait_for("(cluster-net-2), changed");
+    let conf: serde_json::Value = serde_json::from_slice(&fs::read(&written).unwrap()).unwrap();
+    assert_eq!(conf["plugins"][0]["delegates"][0]["name"], "cluster-net-2");
+    assert_eq!(
+        old.said().matches("plumb daemon: wrote").count(),
+        1,
+        "{}",
+        old.said()
+    );
+}
