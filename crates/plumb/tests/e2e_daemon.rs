@@ -1083,6 +1083,49 @@ fn cluster_network(c: &Cluster) -> serde_json::Value {
     conf
 }
 
+/// Cluster `n` whose node's CNI configuration directory holds its cluster network's
+/// configuration (`10-cluster.conf`), with a template for `plumb daemon --write-config`.
+struct Writing {
+    c: Cluster,
+    socket: PathBuf,
+    net_d: PathBuf,
+    template: PathBuf,
+}
+
+impl Writing {
+    fn new(n: u8) -> Writing {
+        let c = Cluster::new(n);
+        let net_d = c.node.path("net.d");
+        fs::create_dir_all(&net_d).unwrap();
+        fs::write(
+            net_d.join("10-cluster.conf"),
+            cluster_network(&c).to_string(),
+        )
+        .unwrap();
+        Writing {
+            socket: socket_of(&c),
+            template: template_file(&c, None),
+            net_d,
+            c,
+        }
+    }
+
+    /// A daemon writing plumb's configuration into the directory.
+    fn start(&self) -> Daemon {
+        Daemon::start_with(
+            &self.socket,
+            None,
+            &[
+                "--write-config".as_ref(),
+                self.template.as_os_str(),
+                "--cni-conf-dir".as_ref(),
+                self.net_d.as_os_str(),
+            ],
+            &[],
+        )
+    }
+}
+
 /// `op` (`add`, `del`) of `plumb-cni-network` for the pod in `ns` by `plumb cni`, which runs
 /// a configuration list from the directory `net_d` as libcni does (cnitool), with `CNI_ARGS`
 /// `args` and capability arguments `caps`: the runtime, reading only the files there.
@@ -1340,31 +1383,13 @@ fn a_daemon_whose_socket_was_removed_goes_on_keeping_plumbs_configuration() {
     // files: the daemon stopped keeping them, and plumb's configuration no longer followed the
     // default network (nor, with --write-kubeconfig, was the token renewed). Only a daemon
     // that took the socket over takes them.
-    let c = Cluster::new(178);
-    let socket = socket_of(&c);
-    let net_d = c.node.path("net.d");
-    fs::create_dir_all(&net_d).unwrap();
-    let template_file = template_file(&c, None);
-    fs::write(
-        net_d.join("10-cluster.conf"),
-        cluster_network(&c).to_string(),
-    )
-    .unwrap();
-    let daemon = Daemon::start_with(
-        &socket,
-        None,
-        &[
-            "--write-config".as_ref(),
-            template_file.as_os_str(),
-            "--cni-conf-dir".as_ref(),
-            net_d.as_os_str(),
-        ],
-        &[],
-    );
+    let w = Writing::new(178);
+    let (socket, net_d) = (&w.socket, &w.net_d);
+    let daemon = w.start();
     daemon.wait_for("wrote");
     let written = net_d.join("00-plumb.conflist");
     assert!(written.exists());
-    fs::remove_file(&socket).unwrap();
+    fs::remove_file(socket).unwrap();
     daemon.wait_for("was removed");
     fs::remove_file(net_d.join("10-cluster.conf")).unwrap();
     let said = daemon.wait_for(&format!("removed {}", written.display()));
@@ -1415,31 +1440,16 @@ fn a_daemon_that_takes_the_socket_over_takes_over_plumbs_configuration_too() {
     // An upgrade with maxSurge: the new daemon takes the socket, and with it the keeping of
     // plumb's configuration; the old one, draining, stops writing it, or two templates would
     // rewrite the file in turn.
-    let c = Cluster::new(176);
-    let socket = socket_of(&c);
-    let net_d = c.node.path("net.d");
-    fs::create_dir_all(&net_d).unwrap();
-    let template_file = template_file(&c, None);
-    fs::write(
-        net_d.join("10-cluster.conf"),
-        cluster_network(&c).to_string(),
-    )
-    .unwrap();
-    let args: [&std::ffi::OsStr; 4] = [
-        "--write-config".as_ref(),
-        template_file.as_os_str(),
-        "--cni-conf-dir".as_ref(),
-        net_d.as_os_str(),
-    ];
-    let old = Daemon::start_with(&socket, None, &args, &[]);
+    let w = Writing::new(176);
+    let old = w.start();
     old.wait_for("wrote");
-    let new = Daemon::start_with(&socket, None, &args, &[]);
-    let written = net_d.join("00-plumb.conflist");
+    let new = w.start();
+    let written = w.net_d.join("00-plumb.conflist");
     old.wait_for(&format!("no longer keeping {}", written.display()));
     // The default network changes: the new daemon follows it, the old one does not.
-    let mut changed = cluster_network(&c);
+    let mut changed = cluster_network(&w.c);
     changed["name"] = json!("cluster-net-2");
-    fs::write(net_d.join("10-cluster.conf"), changed.to_string()).unwrap();
+    fs::write(w.net_d.join("10-cluster.conf"), changed.to_string()).unwrap();
     new.wait_for("(cluster-net-2), changed");
     let conf: serde_json::Value = serde_json::from_slice(&fs::read(&written).unwrap()).unwrap();
     assert_eq!(conf["plugins"][0]["delegates"][0]["name"], "cluster-net-2");
