@@ -9,7 +9,8 @@
 //! and every plugin start through [`spawning`], in every thread, holds one process-wide lock, so
 //! that no other plugin starts while a duplicate is open. A process started meanwhile by other
 //! code (not through [`spawning`]) could still inherit one: it would hold that lock while it
-//! lives, which delays, never breaks, what the lock guards.
+//! lives, which delays, never breaks, what the lock guards. plumb starts every process it
+//! starts through [`spawning`] (the delegates, an exec credential plugin).
 
 use std::collections::HashMap;
 use std::io;

@@ -116,7 +116,10 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let shown = format!("exec credential plugin {command}");
-    let mut child = cmd.spawn().map_err(|e| {
+    // Through cni::inherit as the delegates are: in the daemon, a start beside one of them
+    // would otherwise get the duplicate of a call's lock open at that moment, and hold back
+    // that call's container while it lives.
+    let mut child = cni::inherit::spawning(|| cmd.spawn()).map_err(|e| {
         // As client-go: the kubeconfig's hint says how to install a plugin that is missing.
         let hint = match &exec.install_hint {
             Some(hint) if e.kind() == std::io::ErrorKind::NotFound => format!(" ({hint})"),
