@@ -66,6 +66,29 @@ pub enum Step {
     Waiting(String),
 }
 
+impl Step {
+    /// This step as a writer looking every second says it: a reason to wait once, until
+    /// another comes or the wait ends (`Same` meanwhile). `waiting` is the reason said last.
+    pub fn said_once(self, waiting: &mut Option<String>) -> Step {
+        match self {
+            Step::Waiting(why) if waiting.as_ref() == Some(&why) => Step::Same,
+            Step::Waiting(why) => {
+                *waiting = Some(why.clone());
+                Step::Waiting(why)
+            }
+            // Removed for want of what it was written for: waiting for it now, said already.
+            Step::Removed(why) => {
+                *waiting = Some(why.clone());
+                Step::Removed(why)
+            }
+            other => {
+                *waiting = None;
+                other
+            }
+        }
+    }
+}
+
 /// Writes and keeps `00-plumb.conflist` in a runtime's configuration directory.
 #[derive(Debug)]
 pub struct ConfWriter {
@@ -171,23 +194,7 @@ impl ConfWriter {
             Ok(Found::None(skipped)) => self.remove(&skipped),
             Err(why) => Step::Waiting(why),
         };
-        // A reason to wait is said once, until another comes or the wait ends.
-        match step {
-            Step::Waiting(why) if self.waiting.as_ref() == Some(&why) => Step::Same,
-            Step::Waiting(why) => {
-                self.waiting = Some(why.clone());
-                Step::Waiting(why)
-            }
-            // Removed for want of a default network: waiting for one now, said already.
-            Step::Removed(why) => {
-                self.waiting = Some(why.clone());
-                Step::Removed(why)
-            }
-            other => {
-                self.waiting = None;
-                other
-            }
-        }
+        step.said_once(&mut self.waiting)
     }
 
     /// The default network's configuration file, or none; an error saying why the one there

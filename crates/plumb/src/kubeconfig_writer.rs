@@ -98,17 +98,7 @@ impl KubeconfigWriter {
     pub fn step(&mut self) -> Step {
         let step = self.write();
         self.written |= matches!(step, Step::Same | Step::Wrote(_));
-        match step {
-            Step::Waiting(why) if self.waiting.as_ref() == Some(&why) => Step::Same,
-            Step::Waiting(why) => {
-                self.waiting = Some(why.clone());
-                Step::Waiting(why)
-            }
-            other => {
-                self.waiting = None;
-                other
-            }
-        }
+        step.said_once(&mut self.waiting)
     }
 
     fn write(&self) -> Step {

@@ -943,16 +943,7 @@ fn a_daemon_too_busy_to_take_the_connection_fails_the_call_with_code_11() {
     let socket = node.path("plumb.sock");
     // A listener whose backlog (0) one connection fills, and that never accepts: as a daemon
     // swamped with calls looks to the next plugin.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .unwrap();
-    let _listener = rt.block_on(async {
-        let s = tokio::net::UnixSocket::new_stream().unwrap();
-        s.bind(&socket).unwrap();
-        s.listen(0).unwrap()
-    });
-    let _queued = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let _busy = common::daemon::Busy::on(&socket);
     let config = node.config(json!({"plumbDaemonSocket": socket}));
     let out = common::run(&common::CniCall {
         command: "ADD",
@@ -1112,17 +1103,19 @@ impl Writing {
 
     /// A daemon writing plumb's configuration into the directory.
     fn start(&self) -> Daemon {
-        Daemon::start_with(
-            &self.socket,
-            None,
-            &[
-                "--write-config".as_ref(),
-                self.template.as_os_str(),
-                "--cni-conf-dir".as_ref(),
-                self.net_d.as_os_str(),
-            ],
-            &[],
-        )
+        self.start_with(&[], &[])
+    }
+
+    /// [`Writing::start`], with `more` arguments and `env` in the daemon's environment.
+    fn start_with(&self, more: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> Daemon {
+        let args = [
+            "--write-config".as_ref(),
+            self.template.as_os_str(),
+            "--cni-conf-dir".as_ref(),
+            self.net_d.as_os_str(),
+        ];
+        let args: Vec<&std::ffi::OsStr> = args.iter().chain(more).copied().collect();
+        Daemon::start_with(&self.socket, None, &args, env)
     }
 }
 
@@ -1158,22 +1151,11 @@ fn a_daemon_writes_plumbs_configuration_once_the_default_network_is_there_and_po
     // DESIGN.md "Paths": plumb's CNI configuration, written by the daemon once the default
     // network is ready. The runtime here is `plumb cni`, which runs a configuration list from
     // a directory as libcni does (cnitool), so the pod is attached from the written file alone.
-    let c = Cluster::new(191);
-    let socket = socket_of(&c);
-    let net_d = c.node.path("net.d");
-    fs::create_dir_all(&net_d).unwrap();
-    let template_file = template_file(&c, None);
-    let daemon = Daemon::start_with(
-        &socket,
-        None,
-        &[
-            "--write-config".as_ref(),
-            template_file.as_os_str(),
-            "--cni-conf-dir".as_ref(),
-            net_d.as_os_str(),
-        ],
-        &[],
-    );
+    let w = Writing::new(191);
+    // No default network yet: the daemon starts before the network plugin's file is there.
+    fs::remove_file(w.net_d.join("10-cluster.conf")).unwrap();
+    let (c, socket, net_d) = (&w.c, &w.socket, &w.net_d);
+    let daemon = w.start();
     let written = net_d.join("00-plumb.conflist");
     daemon.wait_for("no configuration of a default network");
     assert!(
@@ -1183,7 +1165,7 @@ fn a_daemon_writes_plumbs_configuration_once_the_default_network_is_there_and_po
 
     // The default network's configuration arrives, as a network plugin's DaemonSet writes it:
     // the cluster network's bridge, and portmap, whose capability plumb must then declare.
-    let mut bridge = cluster_network(&c);
+    let mut bridge = cluster_network(c);
     bridge.as_object_mut().unwrap().remove("name");
     let default_network = json!({
         "cniVersion": "1.0.0", "name": "cluster-net",
@@ -1208,8 +1190,8 @@ fn a_daemon_writes_plumbs_configuration_once_the_default_network_is_there_and_po
     let ns = Netns::new();
     let runtime = |op: &str| {
         from_conf_dir(
-            &c,
-            &net_d,
+            c,
+            net_d,
             op,
             &ns,
             &pod_args(("default", "w", &uid), "c-written"),
@@ -1281,33 +1263,20 @@ fn a_daemon_keeps_a_kubeconfig_from_its_service_account_and_pods_attach_after_th
     // Multus's installer wrote the token into its kubeconfig once, and pods failed with
     // Unauthorized once it expired (multus-reference.md §5.1). The daemon, in a pod, copies
     // its service account's token beside the kubeconfig it writes, again at each rotation.
-    let c = Cluster::new(185);
-    let socket = socket_of(&c);
-    let (net_d, sa) = (c.node.path("net.d"), c.node.path("serviceaccount"));
-    fs::create_dir_all(&net_d).unwrap();
+    let w = Writing::new(185);
+    let (c, net_d, sa) = (&w.c, &w.net_d, w.c.node.path("serviceaccount"));
     fs::create_dir_all(&sa).unwrap();
     let old_token = fs::read_to_string(&c.token_file).unwrap();
     fs::write(sa.join("token"), &old_token).unwrap();
     fs::write(sa.join("ca.crt"), c.api.ca_pem().unwrap()).unwrap();
     let kubeconfig = net_d.join("plumb.d/plumb.kubeconfig");
-    let template_file = template_file(&c, Some(&kubeconfig));
-    fs::write(
-        net_d.join("10-cluster.conf"),
-        cluster_network(&c).to_string(),
-    )
-    .unwrap();
+    template_file(c, Some(&kubeconfig));
     let (host, port) = (
         c.api.addr().ip().to_string(),
         c.api.addr().port().to_string(),
     );
-    let daemon = Daemon::start_with(
-        &socket,
-        None,
+    let daemon = w.start_with(
         &[
-            "--write-config".as_ref(),
-            template_file.as_os_str(),
-            "--cni-conf-dir".as_ref(),
-            net_d.as_os_str(),
             "--write-kubeconfig".as_ref(),
             kubeconfig.as_os_str(),
             "--service-account-dir".as_ref(),
@@ -1330,7 +1299,7 @@ fn a_daemon_keeps_a_kubeconfig_from_its_service_account_and_pods_attach_after_th
         let uid = c.pod("default", name, json!({NETWORKS: "net-a"}));
         let ns = Netns::new();
         let args = pod_args(("default", name, &uid), cid);
-        let out = from_conf_dir(&c, &net_d, "add", &ns, &args, "{}");
+        let out = from_conf_dir(c, net_d, "add", &ns, &args, "{}");
         assert!(
             out.status.success(),
             "{}",
@@ -1338,7 +1307,7 @@ fn a_daemon_keeps_a_kubeconfig_from_its_service_account_and_pods_attach_after_th
         );
         assert!(forwarded(&out));
         assert_eq!(ns.links().len(), 3, "lo, eth0 and net1");
-        let out = from_conf_dir(&c, &net_d, "del", &ns, &args, "{}");
+        let out = from_conf_dir(c, net_d, "del", &ns, &args, "{}");
         assert!(
             out.status.success(),
             "{}",

@@ -758,16 +758,7 @@ fn a_status_the_daemon_cannot_answer_fails_with_code_50() {
     // (0) one connection fills, and that never accepts, is such a daemon.
     let node = common::Node::new();
     let socket = node.path("plumb.sock");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .unwrap();
-    let _listener = rt.block_on(async {
-        let s = tokio::net::UnixSocket::new_stream().unwrap();
-        s.bind(&socket).unwrap();
-        s.listen(0).unwrap()
-    });
-    let _queued = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let _busy = common::daemon::Busy::on(&socket);
     let config = node.config(json!({
         "cniVersion": "1.1.0", "plumbDaemonSocket": socket, "logLevel": "error",
         "delegates": [{"cniVersion": "1.1.0", "name": "x", "type": "bridge"}],

@@ -131,3 +131,31 @@ impl Drop for Daemon {
         }
     }
 }
+
+/// A listener on a socket whose backlog (0) one queued connection fills, and that never
+/// accepts: as a daemon swamped with calls looks to the next plugin. Closed when dropped.
+pub struct Busy {
+    _listener: tokio::net::UnixListener,
+    _queued: std::os::unix::net::UnixStream,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Busy {
+    pub fn on(socket: &Path) -> Busy {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        let listener = rt.block_on(async {
+            let s = tokio::net::UnixSocket::new_stream().unwrap();
+            s.bind(socket).unwrap();
+            s.listen(0).unwrap()
+        });
+        let queued = std::os::unix::net::UnixStream::connect(socket).unwrap();
+        Busy {
+            _listener: listener,
+            _queued: queued,
+            _rt: rt,
+        }
+    }
+}
