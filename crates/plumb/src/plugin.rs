@@ -874,6 +874,17 @@ impl Plumb<'_> {
         })?;
         let mut live: BTreeSet<String> = valid.into_iter().map(|a| a.container_id).collect();
         let exec = self.executor(call);
+        // The DELs of sandboxes Multus attached, with the delegates' results from its cache.
+        let multus_runner = delegates_runner(
+            &call.config,
+            &args.path,
+            &call.log,
+            call.config.multus_cni_dir.clone(),
+        );
+        let multus_exec = Executor {
+            cni: &multus_runner,
+            ..self.executor(call)
+        };
         // Every failure is reported, and none stops the rest (CNI spec: GC continues).
         let mut errors = ErrorList::default();
         let mut attached_by_hand = Vec::new();
@@ -900,8 +911,22 @@ impl Plumb<'_> {
                         container_id: id.clone(),
                         ..Sandbox::default()
                     };
-                    match exec.del(&stale, "") {
-                        Ok(_) => turn.end_for_good(),
+                    // As do_del: a record beside a Multus scratch file is what a DEL from that
+                    // file could not finish, and its delegates' results are in Multus's cache.
+                    let scratch = multus_cache::find(&call.config.multus_cni_dir, id)
+                        .ok()
+                        .flatten();
+                    let exec = if scratch.is_some() {
+                        &multus_exec
+                    } else {
+                        &exec
+                    };
+                    let deleted = exec.del(&stale, "").and_then(|_| match &scratch {
+                        Some(path) => multus_cache::remove(path),
+                        None => Ok(()),
+                    });
+                    match deleted {
+                        Ok(()) => turn.end_for_good(),
                         Err(e) => errors.push(e.context(format!("GC of stale container {id}"))),
                     }
                 }
@@ -912,20 +937,9 @@ impl Plumb<'_> {
         // came (the node went down with them, say) and that the runtime no longer has: DEL
         // from Multus's scratch cache as their DEL would have, so that their addresses go even
         // with delegates that have no GC, and the file with them. One that had a record beside
-        // its file (a DEL that stopped part-way) was deleted above; DEL again is harmless
-        // (CNI spec §3: DEL of what is gone succeeds) and removes the file.
+        // its file (a DEL that stopped part-way) was deleted above, its file with it.
         match multus_cache::list(&call.config.multus_cni_dir) {
             Ok(ids) => {
-                let multus_runner = delegates_runner(
-                    &call.config,
-                    &args.path,
-                    &call.log,
-                    call.config.multus_cni_dir.clone(),
-                );
-                let multus_exec = Executor {
-                    cni: &multus_runner,
-                    ..self.executor(call)
-                };
                 for id in ids.iter().filter(|id| !live.contains(id.as_str())) {
                     let path = call.config.multus_cni_dir.join(id);
                     // With `cniDir` set, Multus's directory is plumb's own (/var/lib/cni, say),
@@ -1415,6 +1429,65 @@ mod tests {
             .map(|r| r.map(|e| e.unwrap().file_name()).collect())
             .unwrap_or_default();
         assert!(state.is_empty(), "{state:?}");
+    }
+
+    #[test]
+    fn gc_finishes_a_del_from_multus_cache_that_stopped_part_way_with_multus_results() {
+        // A runtime DEL from Multus's scratch cache that failed leaves a record beside the
+        // file. GC, the pod gone, finishes it as the DEL's retry would: the delegate gets
+        // Multus's cached result as prevResult, once, and neither file is left.
+        let d = tempfile::tempdir().unwrap();
+        let (fake, mut config) = one_fake_network(d.path(), "fake-gc", "1.1.0");
+        config["cni.dev/valid-attachments"] = json!([]);
+        let call_for = |id: &str| {
+            let args = request(&config, id, "");
+            let mut call = Call::new(&args).unwrap();
+            call.config.cni_dir = d.path().join("cni");
+            call.config.multus_cni_dir = d.path().join("multus");
+            call.cni = delegates_runner(&call.config, &[], &call.log, call.config.cni_dir.clone());
+            (args, call)
+        };
+        let plumb = Plumb {
+            clients: None,
+            routes: &NetlinkRoutes,
+            caller: Caller::ThisProcess,
+        };
+        let (del_args, del_call) = call_for("c-stuck");
+        let multus = d.path().join("multus");
+        std::fs::create_dir_all(&multus).unwrap();
+        let net_a = br#"{"cniVersion":"1.1.0","name":"net-a","type":"fake-gc"}"#;
+        let scratch = multus.join("c-stuck");
+        std::fs::write(
+            &scratch,
+            json!([{"Name": "net-a", "Bytes": cni::base64::encode(net_a)}]).to_string(),
+        )
+        .unwrap();
+        let result = json!({"cniVersion": "1.1.0", "ips": [{"address": "10.9.0.8/24"}]});
+        cni::cache::ResultCache::new(&multus)
+            .write(&cni::cache::CachedAttachment {
+                container_id: "c-stuck".into(),
+                config: net_a.to_vec(),
+                if_name: "eth0".into(),
+                network_name: "net-a".into(),
+                netns: "/var/run/netns/gone".into(),
+                cni_args: Vec::new(),
+                capability_args: Default::default(),
+                result: Some(result.clone()),
+            })
+            .unwrap();
+        fake.fail("DEL", 11, "try again later");
+        plumb.do_del(&del_call, &del_args).unwrap_err();
+        assert!(scratch.exists());
+        assert!(del_call.records.load("c-stuck").unwrap().is_some());
+        fake.respond("DEL", "", "", 0);
+        let (gc_args, gc_call) = call_for("");
+        plumb.do_gc(&gc_call, &gc_args).unwrap();
+        let del = fake.calls_of("DEL");
+        assert_eq!(del.len(), 2, "the failed DEL, then GC's one");
+        assert_eq!(del[1].var("CNI_CONTAINERID"), Some("c-stuck"));
+        assert_eq!(del[1].stdin_json()["prevResult"], result);
+        assert!(!scratch.exists(), "the scratch file is left");
+        assert!(gc_call.records.load("c-stuck").unwrap().is_none());
     }
 
     /// A call for `container_id` on a node moved from Multus, under `dir`: one delegate network
