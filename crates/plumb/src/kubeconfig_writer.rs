@@ -23,6 +23,9 @@ use crate::conf_writer::Step;
 /// Where a pod finds its service account's token and CA certificate.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
+/// The service account's files copied beside the kubeconfig, under their own names.
+const CREDENTIALS: [&str; 2] = ["token", "ca.crt"];
+
 /// The most of a token or certificate read: a token is 1-2 KiB, a CA bundle a few.
 const MAX_CREDENTIAL: u64 = 1 << 20;
 
@@ -67,10 +70,23 @@ impl KubeconfigWriter {
         } else {
             host
         };
-        if path.file_name().is_none() || path.parent().is_none() {
+        let Some(name) = path.file_name().filter(|_| path.parent().is_some()) else {
             return Err(CniError::new(
                 ErrorCode::InvalidConfig,
                 format!("--write-kubeconfig {}: not a file's path", path.display()),
+            ));
+        };
+        // The credentials go beside it under these names: the kubeconfig would overwrite one
+        // and name itself as it, and every call would fail.
+        if CREDENTIALS.iter().any(|c| name == *c) {
+            return Err(CniError::new(
+                ErrorCode::InvalidConfig,
+                format!(
+                    "--write-kubeconfig {}: the service account's {} is copied to that path \
+                     (beside the kubeconfig): give the kubeconfig another name",
+                    path.display(),
+                    name.to_string_lossy()
+                ),
             ));
         }
         Ok(KubeconfigWriter {
@@ -112,8 +128,9 @@ impl KubeconfigWriter {
             }
             Ok(bytes)
         };
-        let credentials = match (read("token"), read("ca.crt")) {
-            (Ok(token), Ok(ca)) => [("token", token), ("ca.crt", ca)],
+        let [token, ca] = CREDENTIALS;
+        let credentials = match (read(token), read(ca)) {
+            (Ok(t), Ok(c)) => [(token, t), (ca, c)],
             (Err(why), _) | (_, Err(why)) => return Step::Waiting(why),
         };
         if let Err(e) = std::fs::create_dir_all(dir) {
@@ -211,6 +228,22 @@ mod tests {
         std::fs::write(sa.join("token"), "").unwrap();
         assert!(matches!(w.step(), Step::Waiting(why) if why.contains("is empty")));
         assert_eq!(std::fs::read(dir.join("token")).unwrap(), b"t2");
+    }
+
+    #[test]
+    fn a_kubeconfig_named_as_a_credential_is_refused() {
+        for name in ["token", "ca.crt"] {
+            let path = PathBuf::from("/etc/cni/net.d/plumb.d").join(name);
+            let e = KubeconfigWriter::new(path, "/sa".into(), env("10.96.0.1")).unwrap_err();
+            assert!(
+                e.msg.contains(&format!(
+                    "the service account's {name} is copied to that path"
+                )),
+                "{e}"
+            );
+        }
+        KubeconfigWriter::new("/d/token.kubeconfig".into(), "/sa".into(), env("10.96.0.1"))
+            .unwrap();
     }
 
     #[test]
