@@ -13,6 +13,7 @@
 //! starts through [`spawning`] (the delegates, an exec credential plugin).
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -37,14 +38,21 @@ pub struct Inherited {
 
 impl Inherited {
     /// The plugins this thread starts from now on inherit a duplicate of `fd` (kept here,
-    /// close-on-exec) until the value returned is dropped.
+    /// close-on-exec) until the value returned is dropped. One at a time per thread: a second
+    /// would replace the first, and the first's drop would then end the second's.
     pub fn new(fd: &impl AsFd) -> io::Result<Inherited> {
         let fd = fd.as_fd().try_clone_to_owned()?;
         let thread = std::thread::current().id();
-        inherited()
-            .get_or_insert_with(HashMap::new)
-            .insert(thread, fd);
-        Ok(Inherited { thread })
+        match inherited().get_or_insert_with(HashMap::new).entry(thread) {
+            Entry::Occupied(_) => Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "this thread's plugins inherit another descriptor already",
+            )),
+            Entry::Vacant(v) => {
+                v.insert(fd);
+                Ok(Inherited { thread })
+            }
+        }
     }
 }
 
@@ -124,5 +132,23 @@ mod tests {
             c.kill().unwrap();
             c.wait().unwrap();
         }
+    }
+
+    #[test]
+    fn a_thread_shares_one_descriptor_at_a_time() {
+        let d = tempfile::tempdir().unwrap();
+        let first = std::fs::File::create(d.path().join("a.lock")).unwrap();
+        let second = std::fs::File::create(d.path().join("b.lock")).unwrap();
+        let shared = Inherited::new(&first).unwrap();
+        let e = Inherited::new(&second).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        // The first still shared, and a second once it ended.
+        let name = d.path().join("a.lock").display().to_string();
+        let mut child = start_sleeper();
+        assert!(open_in(child.id()).contains(&name));
+        drop(shared);
+        drop(Inherited::new(&second).unwrap());
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 }
