@@ -301,22 +301,42 @@ fn an_api_server_down_reads_the_same_through_the_daemon() {
 
 /// A bin directory holding `slowbridge`: the reference bridge plugin, started `secs` late on
 /// `command` (delegates are looked up in plumb's `binDir` first, then in the runtime's
-/// CNI_PATH, where the reference plugins are).
+/// CNI_PATH, where the reference plugins are). On `command` it makes the file
+/// [`SLOW_STARTED`] in that directory before its wait, and [`SLOW_ENDED`] once bridge is done,
+/// so that a test acts while it runs, and knows when it has ended, whatever the machine's load.
 fn slow_bridge(c: &Cluster, command: &str, secs: f32) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let bin = c.node.path("bin");
     fs::create_dir_all(&bin).unwrap();
     let script = bin.join("slowbridge");
+    let (started, ended) = (bin.join(SLOW_STARTED), bin.join(SLOW_ENDED));
     fs::write(
         &script,
         format!(
-            "#!/bin/sh\n[ \"$CNI_COMMAND\" = {command} ] && sleep {secs}\nexec {}/bridge\n",
-            common::PLUGINS
+            "#!/bin/sh\n[ \"$CNI_COMMAND\" = {command} ] || exec {plugins}/bridge\n\
+             touch '{started}'\nsleep {secs}\n{plugins}/bridge\nrc=$?\ntouch '{ended}'\n\
+             exit $rc\n",
+            plugins = common::PLUGINS,
+            started = started.display(),
+            ended = ended.display(),
         ),
     )
     .unwrap();
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
     bin
+}
+
+/// Made by [`slow_bridge`] in its directory when its slow command begins, and when it ends.
+const SLOW_STARTED: &str = "slowbridge.started";
+const SLOW_ENDED: &str = "slowbridge.ended";
+
+/// Waits (30 s at most) for `file` to exist.
+fn wait_for_file(file: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !file.exists() {
+        assert!(Instant::now() < deadline, "{} never came", file.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// `c` with the NAD `default/<name>` of [`slow_bridge`] on `command` (on net-a's bridge, its
@@ -386,12 +406,14 @@ fn a_daemon_killed_during_a_call_fails_it_naming_the_pod_and_the_runtimes_retry_
     assert_eq!(ns.links(), ["lo"]);
     c.assert_node_clean("after the DEL of an ADD the daemon was killed during");
 
-    // Killed during a DEL (its delegate takes 1.5 s); the runtime retries it through a daemon
-    // started again.
+    // Killed during a DEL, once its slow delegate has begun (1.5 s); the runtime retries it
+    // through a daemon started again.
     let d = Daemon::start(&socket);
     ok(&call(&c.config, "ADD", &ns, pod, "k2"));
+    let started = c.node.path("bin").join(SLOW_STARTED);
+    fs::remove_file(&started).unwrap(); // made by the DEL of k1
     let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(500));
+        wait_for_file(&started);
         drop(d);
     });
     let out = call(&c.config, "DEL", &ns, pod, "k2");
@@ -415,9 +437,11 @@ fn a_daemon_killed_while_a_delegate_runs_leaves_the_del_to_wait_for_that_delegat
     let uid = c.pod("default", "orphan", json!({NETWORKS: "slowadd"}));
     let pod = ("default", "orphan", uid.as_str());
     let ns = Netns::new();
-    // Killed 1 s into the slow delegate's 2 s (the cluster network's ADD comes first).
+    // Killed once the slow delegate has begun its 2 s (the cluster network's ADD comes first).
+    let bin = c.node.path("bin");
+    let started = bin.join(SLOW_STARTED);
     let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(1300));
+        wait_for_file(&started);
         drop(d);
     });
     let out = call(&c.config, "ADD", &ns, pod, "o1");
@@ -425,8 +449,9 @@ fn a_daemon_killed_while_a_delegate_runs_leaves_the_del_to_wait_for_that_delegat
     cut(&out, "ADD", "default/orphan", "o1", &socket);
     let del = call(&c.config, "DEL", &ns, pod, "o1");
     ok(&del);
-    // Nothing comes later: give the delegate, were it still running, the time to finish.
-    std::thread::sleep(Duration::from_millis(2500));
+    // Nothing comes later: the delegate has ended (the DEL waited for it, or, were it not held
+    // back, it ends now), and what it made is looked for after that.
+    wait_for_file(&bin.join(SLOW_ENDED));
     assert_eq!(
         ns.links(),
         ["lo"],
@@ -582,13 +607,19 @@ impl Drop for Deaf {
 fn a_daemon_whose_stderr_is_gone_still_drains_its_calls_and_waits_when_taken_over() {
     let node = common::Node::new();
     let socket = node.path("run/plumb.sock");
-    // A delegate that takes a second, so that SIGTERM comes while the daemon runs its call.
+    // A delegate that takes a second, so that SIGTERM comes while the daemon runs its call;
+    // it writes who started it to `started` first.
     let bin = node.path("bin");
     fs::create_dir_all(&bin).unwrap();
+    let started = bin.join("started");
     fs::write(
         bin.join("slow"),
-        "#!/bin/sh\ncat >/dev/null\nsleep 1\n[ \"$CNI_COMMAND\" = ADD ] && \
-         echo '{\"cniVersion\":\"1.0.0\",\"ips\":[]}'\nexit 0\n",
+        format!(
+            "#!/bin/sh\ncat >/dev/null\necho $PPID > '{}.tmp' && mv '{0}.tmp' '{0}'\nsleep 1\n\
+             [ \"$CNI_COMMAND\" = ADD ] && echo '{{\"cniVersion\":\"1.0.0\",\"ips\":[]}}'\n\
+             exit 0\n",
+            started.display()
+        ),
     )
     .unwrap();
     fs::set_permissions(
@@ -614,7 +645,12 @@ fn a_daemon_whose_stderr_is_gone_still_drains_its_calls_and_waits_when_taken_ove
     // Stopped while it runs a call: it answers it, exits 0 and removes its socket.
     let daemon = Deaf::start(&socket);
     let shim = common::start(&add, |_| {});
-    std::thread::sleep(Duration::from_millis(400));
+    wait_for_file(&started);
+    assert_eq!(
+        fs::read_to_string(&started).unwrap().trim(),
+        daemon.0.id().to_string(),
+        "the call was not run by the daemon"
+    );
     let status = daemon.stop();
     let out = shim.wait_with_output().unwrap();
     ok(&out);
