@@ -411,6 +411,11 @@ fn is_ours(path: &Path, ours: (u64, u64)) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == ours)
 }
 
+/// Whether `path` names a socket (another daemon's, once this one's is lost).
+fn is_socket(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
 /// How often a serving daemon looks whether its path still names its socket.
 const WATCH: Duration = Duration::from_secs(1);
 
@@ -441,15 +446,23 @@ async fn serve(
                 files.step();
                 continue;
             }
-            _ = watch.tick(), if listener.is_some() => {
+            _ = watch.tick(), if listener.is_some() || files.keeps_any() => {
+                // Lost already (removed, or replaced by a file), with the files kept here: a
+                // daemon started since, whose socket is there now, keeps them from now on.
+                if listener.is_none() {
+                    if is_socket(socket) {
+                        say(format_args!("{} is another daemon's now", socket.display()));
+                        files.hand_over();
+                    }
+                    continue;
+                }
                 if !is_ours(socket, ours) {
                     let lost = listener.take().expect("watched only while listening");
                     // Removed by hand, or by a daemon that took it over and stopped since. Or
                     // something else put there: no daemon serves on it then, every call runs
                     // in the plugin, and a daemon started refuses the path (`listen`) until it
                     // is removed, which the operator is to read here, not "another daemon".
-                    let taken_over = std::fs::symlink_metadata(socket)
-                        .is_ok_and(|m| m.file_type().is_socket());
+                    let taken_over = is_socket(socket);
                     let now = match std::fs::symlink_metadata(socket) {
                         Err(_) => "was removed".to_string(),
                         Ok(_) if taken_over => "now belongs to another daemon".to_string(),

@@ -1364,6 +1364,9 @@ fn a_daemon_whose_socket_was_removed_goes_on_keeping_plumbs_configuration() {
     let said = daemon.wait_for(&format!("removed {}", written.display()));
     assert!(!said.contains("no longer keeping"), "{said}");
     assert!(!written.exists());
+    // A daemon started on the path since keeps them from then on, not both in turn.
+    let _new = w.start();
+    daemon.wait_for(&format!("no longer keeping {}", written.display()));
 }
 
 #[test]
