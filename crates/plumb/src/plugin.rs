@@ -1274,6 +1274,38 @@ mod tests {
         }
     }
 
+    /// What Multus left under `multus` of `container_id` attached on eth0 to `net-a` (its
+    /// `config`): the scratch cache naming the delegate, as Multus's saveDelegates writes it
+    /// (multus_cache's tests show the whole shape), and the delegate's `result` in Multus's
+    /// result cache. The scratch file's path.
+    fn attached_by_multus(
+        multus: &std::path::Path,
+        container_id: &str,
+        config: &[u8],
+        result: Value,
+    ) -> std::path::PathBuf {
+        std::fs::create_dir_all(multus).unwrap();
+        let scratch = multus.join(container_id);
+        std::fs::write(
+            &scratch,
+            json!([{"Name": "net-a", "Bytes": cni::base64::encode(config)}]).to_string(),
+        )
+        .unwrap();
+        cni::cache::ResultCache::new(multus)
+            .write(&cni::cache::CachedAttachment {
+                container_id: container_id.into(),
+                config: config.to_vec(),
+                if_name: "eth0".into(),
+                network_name: "net-a".into(),
+                netns: format!("/var/run/netns/{container_id}"),
+                cni_args: Vec::new(),
+                capability_args: Default::default(),
+                result: Some(result),
+            })
+            .unwrap();
+        scratch
+    }
+
     #[test]
     fn an_add_whose_forwarding_plugin_is_gone_when_its_turn_comes_is_not_run() {
         // The daemon sees the plugin's connection close only when it next reads it: a plugin
@@ -1373,28 +1405,14 @@ mod tests {
         call.cni = delegates_runner(&call.config, &[], &call.log, call.config.cni_dir.clone());
         let net_a = br#"{"cniVersion":"1.1.0","name":"net-a","type":"fake-gc"}"#;
         let multus = &call.config.multus_cni_dir;
-        std::fs::create_dir_all(multus.join("results")).unwrap();
         let results = cni::cache::ResultCache::new(multus);
         for id in ["c-live", "c-gone"] {
-            std::fs::write(
-                multus.join(id),
-                json!([{"Name": "net-a", "Bytes": cni::base64::encode(net_a)}]).to_string(),
-            )
-            .unwrap();
-            results
-                .write(&cni::cache::CachedAttachment {
-                    container_id: id.into(),
-                    config: net_a.to_vec(),
-                    if_name: "eth0".into(),
-                    network_name: "net-a".into(),
-                    netns: format!("/var/run/netns/{id}"),
-                    cni_args: Vec::new(),
-                    capability_args: Default::default(),
-                    result: Some(
-                        json!({"cniVersion": "1.1.0", "ips": [{"address": "10.9.0.7/24"}]}),
-                    ),
-                })
-                .unwrap();
+            attached_by_multus(
+                multus,
+                id,
+                net_a,
+                json!({"cniVersion": "1.1.0", "ips": [{"address": "10.9.0.7/24"}]}),
+            );
         }
         std::fs::write(multus.join("notes"), "not a scratch cache").unwrap();
         Plumb {
@@ -1453,28 +1471,10 @@ mod tests {
             caller: Caller::ThisProcess,
         };
         let (del_args, del_call) = call_for("c-stuck");
-        let multus = d.path().join("multus");
-        std::fs::create_dir_all(&multus).unwrap();
         let net_a = br#"{"cniVersion":"1.1.0","name":"net-a","type":"fake-gc"}"#;
-        let scratch = multus.join("c-stuck");
-        std::fs::write(
-            &scratch,
-            json!([{"Name": "net-a", "Bytes": cni::base64::encode(net_a)}]).to_string(),
-        )
-        .unwrap();
         let result = json!({"cniVersion": "1.1.0", "ips": [{"address": "10.9.0.8/24"}]});
-        cni::cache::ResultCache::new(&multus)
-            .write(&cni::cache::CachedAttachment {
-                container_id: "c-stuck".into(),
-                config: net_a.to_vec(),
-                if_name: "eth0".into(),
-                network_name: "net-a".into(),
-                netns: "/var/run/netns/gone".into(),
-                cni_args: Vec::new(),
-                capability_args: Default::default(),
-                result: Some(result.clone()),
-            })
-            .unwrap();
+        let scratch =
+            attached_by_multus(&d.path().join("multus"), "c-stuck", net_a, result.clone());
         fake.fail("DEL", 11, "try again later");
         plumb.do_del(&del_call, &del_args).unwrap_err();
         assert!(scratch.exists());
@@ -1513,30 +1513,16 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let (fake, args, call) = migration_call(d.path(), "c-multus");
         let net_a = br#"{"cniVersion":"1.0.0","name":"net-a","type":"fake-del"}"#;
-        // What Multus's saveDelegates wrote (multus_cache's tests show the whole shape).
-        std::fs::create_dir_all(&call.config.multus_cni_dir).unwrap();
-        let scratch = call.config.multus_cni_dir.join("c-multus");
-        std::fs::write(
-            &scratch,
-            json!([{"Name": "net-a", "Bytes": cni::base64::encode(net_a)}]).to_string(),
-        )
-        .unwrap();
         let result = json!({"cniVersion": "1.0.0",
             "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/gone"}],
             "ips": [{"address": "10.9.0.7/24", "interface": 0}]});
+        let scratch = attached_by_multus(
+            &call.config.multus_cni_dir,
+            "c-multus",
+            net_a,
+            result.clone(),
+        );
         let multus_results = cni::cache::ResultCache::new(&call.config.multus_cni_dir);
-        multus_results
-            .write(&cni::cache::CachedAttachment {
-                container_id: "c-multus".into(),
-                config: net_a.to_vec(),
-                if_name: "eth0".into(),
-                network_name: "net-a".into(),
-                netns: "/var/run/netns/gone".into(),
-                cni_args: Vec::new(),
-                capability_args: Default::default(),
-                result: Some(result.clone()),
-            })
-            .unwrap();
         Plumb {
             clients: None,
             routes: &NetlinkRoutes,
