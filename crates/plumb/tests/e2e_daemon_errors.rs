@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::{Cluster, NETWORKS, bridge_nad, nad, pod_args};
 use common::daemon::Daemon;
-use common::{CniCall, err, ok};
+use common::{CniCall, err, ok, wait_for_file};
 use serde_json::{Value, json};
 use testkit::kube_api::{Fault, FaultKind, Resource};
 use testkit::netns::Netns;
@@ -329,15 +329,6 @@ fn slow_bridge(c: &Cluster, command: &str, secs: f32) -> PathBuf {
 /// Made by [`slow_bridge`] in its directory when its slow command begins, and when it ends.
 const SLOW_STARTED: &str = "slowbridge.started";
 const SLOW_ENDED: &str = "slowbridge.ended";
-
-/// Waits (30 s at most) for `file` to exist.
-fn wait_for_file(file: &std::path::Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !file.exists() {
-        assert!(Instant::now() < deadline, "{} never came", file.display());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// `c` with the NAD `default/<name>` of [`slow_bridge`] on `command` (on net-a's bridge, its
 /// addresses from `subnet`), plumb's `binDir` holding it.

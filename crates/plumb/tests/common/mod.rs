@@ -254,6 +254,20 @@ pub fn exists(p: &Path) -> bool {
     p.exists()
 }
 
+/// Waits (30 s at most) for `file` to exist: a delegate's marker that it has begun or ended,
+/// which a test waits for rather than for a fixed time, whatever the machine's load.
+pub fn wait_for_file(file: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never came",
+            file.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// A configuration that names plumb itself as the plugin of its cluster network, with the same
 /// state directory (a misconfiguration): the plugin then runs plumb as its delegate for the
 /// same container. `extra` keys go into both configurations. `plumb` is found as a plugin
