@@ -889,6 +889,9 @@ impl Plumb<'_> {
         let mut errors = ErrorList::default();
         let mut attached_by_hand = Vec::new();
         let mut busy = Vec::new();
+        // Stale sandboxes whose DEL from their record failed: left to the next GC, not tried
+        // again from Multus's scratch file, which would run the same DELs again.
+        let mut failed = BTreeSet::new();
         match call.records.list() {
             Ok(ids) => {
                 for id in ids.iter().filter(|id| !live.contains(id.as_str())) {
@@ -927,7 +930,10 @@ impl Plumb<'_> {
                     });
                     match deleted {
                         Ok(()) => turn.end_for_good(),
-                        Err(e) => errors.push(e.context(format!("GC of stale container {id}"))),
+                        Err(e) => {
+                            errors.push(e.context(format!("GC of stale container {id}")));
+                            failed.insert(id.clone());
+                        }
                     }
                 }
             }
@@ -940,7 +946,10 @@ impl Plumb<'_> {
         // its file (a DEL that stopped part-way) was deleted above, its file with it.
         match multus_cache::list(&call.config.multus_cni_dir) {
             Ok(ids) => {
-                for id in ids.iter().filter(|id| !live.contains(id.as_str())) {
+                for id in ids
+                    .iter()
+                    .filter(|id| !live.contains(id.as_str()) && !failed.contains(*id))
+                {
                     let path = call.config.multus_cni_dir.join(id);
                     // With `cniDir` set, Multus's directory is plumb's own (/var/lib/cni, say),
                     // where a file of another tool's must not fail every GC: what is no scratch
@@ -1479,13 +1488,21 @@ mod tests {
         plumb.do_del(&del_call, &del_args).unwrap_err();
         assert!(scratch.exists());
         assert!(del_call.records.load("c-stuck").unwrap().is_some());
-        fake.respond("DEL", "", "", 0);
+        // A GC while the delegate still fails: its DEL once, not again from the scratch file.
         let (gc_args, gc_call) = call_for("");
+        plumb.do_gc(&gc_call, &gc_args).unwrap_err();
+        assert_eq!(
+            fake.calls_of("DEL").len(),
+            2,
+            "the failed DEL, then GC's one"
+        );
+        assert!(scratch.exists() && gc_call.records.load("c-stuck").unwrap().is_some());
+        fake.respond("DEL", "", "", 0);
         plumb.do_gc(&gc_call, &gc_args).unwrap();
         let del = fake.calls_of("DEL");
-        assert_eq!(del.len(), 2, "the failed DEL, then GC's one");
-        assert_eq!(del[1].var("CNI_CONTAINERID"), Some("c-stuck"));
-        assert_eq!(del[1].stdin_json()["prevResult"], result);
+        assert_eq!(del.len(), 3, "the failed DELs, then the next GC's one");
+        assert_eq!(del[2].var("CNI_CONTAINERID"), Some("c-stuck"));
+        assert_eq!(del[2].stdin_json()["prevResult"], result);
         assert!(!scratch.exists(), "the scratch file is left");
         assert!(gc_call.records.load("c-stuck").unwrap().is_none());
     }
