@@ -1452,7 +1452,7 @@ fn a_delegate_left_running_by_a_killed_plumb_holds_back_the_del_which_then_undoe
         },
         common::quiet,
     );
-    common::wait_for_file(&marker); // net-b started
+    common::wait_for_file(marker); // net-b started
     // Its configuration written to it, plumb is killed as a runtime's deadline kills it.
     std::thread::sleep(std::time::Duration::from_millis(300));
     add.kill().unwrap();
