@@ -355,33 +355,57 @@ pub struct Staged {
 
 /// Writes `bytes` to a temporary file beside `path` (`.<name>.tmp<pid>`, mode 0600; see
 /// [`staged_base`] for a long name).
+///
+/// The temporary file is created, never opened if it exists: another process may be writing
+/// that name. A PID is unique only in its PID namespace, so two daemons on one node, each PID
+/// 1 of its container, both write plumb's token copy while one takes over from the other; and
+/// a killed writer's leftover may carry a PID that is now this process's. Truncating theirs
+/// would leave them renaming a file that this process writes. When the name is taken, a random
+/// number stands in for the PID: the name keeps its form and its length (a `u32`'s digits), so
+/// [`remove_staged`] and [`sweep_staged`] find it as they find the others.
 pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
+    use std::hash::BuildHasher;
+
     let dir = path.parent().unwrap_or(Path::new("."));
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut staged = Staged {
-        tmp: dir.join(format!(
-            ".{}.tmp{}",
-            staged_base(&file_name),
-            std::process::id()
-        )),
-        path: path.to_path_buf(),
-        file: None,
-        renamed: false,
-    };
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&staged.tmp)
-        .map_err(|e| write_err(path, e))?;
-    // From here on, dropping `staged` removes the temporary file.
-    f.write_all(bytes).map_err(|e| write_err(path, e))?;
-    staged.file = Some(f);
-    Ok(staged)
+    let base = staged_base(&file_name);
+    let mut suffix = std::process::id();
+    // Taken eight times over is no coincidence: a directory filled with such names, reported.
+    for attempt in 0..8u32 {
+        let tmp = dir.join(format!(".{base}.tmp{suffix}"));
+        let opened = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp);
+        let mut f = match opened {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                // std's hasher keys come from the OS's random source, per process.
+                suffix = std::hash::RandomState::new().hash_one(attempt) as u32;
+                continue;
+            }
+            Err(e) => return Err(write_err(path, e)),
+        };
+        // From here on, dropping `staged` removes the temporary file, which is this call's.
+        let mut staged = Staged {
+            tmp,
+            path: path.to_path_buf(),
+            file: None,
+            renamed: false,
+        };
+        f.write_all(bytes).map_err(|e| write_err(path, e))?;
+        staged.file = Some(f);
+        return Ok(staged);
+    }
+    let taken = io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!("eight temporary names beside it were taken (.{base}.tmpNNN)"),
+    );
+    Err(write_err(path, taken))
 }
 
 /// Removes the temporary files [`stage`] left beside `path`, whatever process wrote them:
@@ -753,6 +777,33 @@ mod tests {
         fs::remove_dir_all(&sub).unwrap();
         let e = staged.commit_durable().unwrap_err();
         assert!(e.msg.contains("r.json"), "{e}");
+    }
+
+    #[test]
+    fn a_temporary_name_another_writer_holds_is_left_to_it() {
+        // Another daemon's PID 1 in its own PID namespace, or a killed writer's leftover with
+        // this process's PID: its file is neither truncated nor renamed by this one.
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("token");
+        let theirs = d.path().join(format!(".token.tmp{}", std::process::id()));
+        fs::write(&theirs, b"theirs").unwrap();
+        let first = stage(&path, b"one").unwrap();
+        let second = stage(&path, b"two").unwrap();
+        assert_eq!(fs::read(&theirs).unwrap(), b"theirs");
+        assert_eq!(names_in(d.path()).len(), 3, "{:?}", names_in(d.path()));
+        first.commit().unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"one");
+        second.commit_durable().unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_eq!(fs::read(&theirs).unwrap(), b"theirs");
+        // One left uncommitted goes when dropped; a stand-in name is found as a leftover.
+        drop(stage(&path, b"three").unwrap());
+        assert_eq!(names_in(d.path()).len(), 2, "{:?}", names_in(d.path()));
+        let staged = stage(&path, b"four").unwrap();
+        std::mem::forget(staged);
+        assert_eq!(names_in(d.path()).len(), 3, "{:?}", names_in(d.path()));
+        assert_eq!(remove_staged(&path).len(), 2);
+        assert_eq!(names_in(d.path()), ["token"]);
     }
 
     #[test]
