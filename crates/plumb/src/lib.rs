@@ -38,6 +38,7 @@ pub mod container_lock;
 pub mod daemon;
 pub mod devices;
 pub mod execute;
+pub mod freezer;
 pub mod kubeconfig_writer;
 pub mod log;
 pub mod multus_cache;

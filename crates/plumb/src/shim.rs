@@ -295,7 +295,7 @@ fn trusted(socket: &Path, stream: &tokio::net::UnixStream) -> Result<Option<i32>
 }
 
 /// The daemon's process `pid` as a slow call names it: its state, and what to do when it is
-/// stopped (SIGSTOP, a debugger, a frozen cgroup).
+/// stopped (SIGSTOP, a debugger) or frozen (its cgroup's freezer: a paused container).
 fn process(pid: Option<i32>) -> String {
     let Some(pid) = pid else {
         return "its process unknown".into();
@@ -306,6 +306,18 @@ fn process(pid: Option<i32>) -> String {
         .rsplit_once(')')
         .and_then(|(_, rest)| rest.split_whitespace().next())
         .unwrap_or("?");
+    // Frozen, a process sleeps (`S`, cgroup v2) or waits (`D`, v1): its state alone would say
+    // "running" or "waiting on a device" of a daemon that only needs thawing.
+    if !matches!(state, "Z" | "X" | "?")
+        && let Some(frozen) = crate::freezer::frozen(pid)
+    {
+        let file = frozen.file.display();
+        return format!(
+            "process {pid}, frozen: its cgroup's freezer holds it (a paused container); `echo {} \
+             > {file}`, or resuming its container, thaws it",
+            frozen.thaw
+        );
+    }
     match state {
         "T" | "t" => format!(
             "process {pid}, stopped: by SIGSTOP or a debugger; `kill -CONT {pid}` resumes it"

@@ -451,33 +451,22 @@ fn a_daemon_killed_while_a_delegate_runs_leaves_the_del_to_wait_for_that_delegat
     c.assert_node_clean("after the DEL of an ADD whose daemon was killed mid-delegate");
 }
 
-#[test]
-fn a_call_a_stopped_daemon_does_not_answer_is_said_in_the_log_naming_the_daemon() {
-    // A daemon stopped (SIGSTOP, a debugger, a frozen cgroup) or stuck takes the calls into
-    // its socket's queue and never answers: every pod of the node waited, and nothing was said
-    // until the runtime gave up (the daemon audit's finding 2). The plugin now says so after
-    // 10 s, naming the daemon's process and what it is doing; resumed, the daemon runs the call.
-    let (c, socket, d) = served(180);
-    let uid = c.pod("default", "held", json!({NETWORKS: "net-a"}));
-    let pod = ("default", "held", uid.as_str());
-    let ns = Netns::new();
-    let pid = d.pid().to_string();
-    let signal = |sig: &str| {
-        assert!(
-            std::process::Command::new("kill")
-                .args([sig, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    };
-    signal("-STOP");
+/// An ADD of `pod` (container `cid`) in `ns` through a daemon that takes the call but does not
+/// run it (held by the caller): what the plugin says at `[error]` while it waits, read as it
+/// comes; once the line is there, `release` lets the daemon run the call, which succeeds.
+fn said_while_held(
+    c: &Cluster,
+    ns: &Netns,
+    pod: (&str, &str, &str),
+    cid: &str,
+    release: impl FnOnce(),
+) -> Vec<String> {
     let netns = ns.path().display().to_string();
-    let args = pod_args(pod, "h1");
+    let args = pod_args(pod, cid);
     let mut plugin = common::start(
         &CniCall {
             command: "ADD",
-            container_id: "h1",
+            container_id: cid,
             netns: &netns,
             ifname: "eth0",
             args: &args,
@@ -485,7 +474,6 @@ fn a_call_a_stopped_daemon_does_not_answer_is_said_in_the_log_naming_the_daemon(
         },
         |_| {},
     );
-    // Its stderr read as it comes: the daemon is resumed once the line is there.
     let mut stderr = plugin.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
         let (mut said, mut buf) = (Vec::new(), [0u8; 4096]);
@@ -502,22 +490,124 @@ fn a_call_a_stopped_daemon_does_not_answer_is_said_in_the_log_naming_the_daemon(
         assert!(Instant::now() < deadline, "no line in 30 s");
         std::thread::sleep(Duration::from_millis(50));
     }
-    signal("-CONT");
+    release();
     let said = reader.join().unwrap();
     let out = plugin.wait_with_output().unwrap();
     ok(&out);
-    let said = String::from_utf8_lossy(&said);
+    error_lines(&String::from_utf8_lossy(&said))
+}
+
+#[test]
+fn a_call_a_stopped_daemon_does_not_answer_is_said_in_the_log_naming_the_daemon() {
+    // A daemon stopped (SIGSTOP, a debugger) or stuck takes the calls into its socket's queue
+    // and never answers: every pod of the node waited, and nothing was said until the runtime
+    // gave up (the daemon audit's finding 2). The plugin now says so after 10 s, naming the
+    // daemon's process and what it is doing; resumed, the daemon runs the call.
+    let (c, socket, d) = served(180);
+    let uid = c.pod("default", "held", json!({NETWORKS: "net-a"}));
+    let pod = ("default", "held", uid.as_str());
+    let ns = Netns::new();
+    let pid = d.pid().to_string();
+    let signal = |sig: &str| {
+        assert!(
+            std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP");
+    let said = said_while_held(&c, &ns, pod, "h1", || signal("-CONT"));
     assert_eq!(
-        error_lines(&said),
+        said,
         [format!(
             "ADD: pod default/held (container h1): plumb daemon at {} (process {pid}, stopped: by \
              SIGSTOP or a debugger; `kill -CONT {pid}` resumes it) has not answered the call in \
              10 s; still waiting",
             socket.display()
         )],
-        "{said}"
     );
     ok(&call(&c.config, "DEL", &ns, pod, "h1"));
+    c.assert_node_clean("after the DEL");
+}
+
+/// A cgroup of cgroup v2 holding process `pid`, made for a test at the unified hierarchy's
+/// root; when dropped, thawed, the process moved back to the root and the cgroup removed.
+struct OwnCgroup {
+    root: PathBuf,
+    dir: PathBuf,
+    pid: String,
+}
+
+impl OwnCgroup {
+    fn holding(pid: u32) -> OwnCgroup {
+        let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let root = mounts
+            .lines()
+            .find_map(|l| {
+                let (before, after) = l.split_once(" - ")?;
+                let mountpoint = before.split(' ').nth(4)?;
+                after
+                    .starts_with("cgroup2 ")
+                    .then(|| PathBuf::from(mountpoint))
+            })
+            .expect("cgroup v2 is mounted");
+        let dir = root.join(format!("plumb-e2e-{}-{pid}", std::process::id()));
+        fs::create_dir(&dir).unwrap();
+        let pid = pid.to_string();
+        fs::write(dir.join("cgroup.procs"), &pid).unwrap();
+        OwnCgroup { root, dir, pid }
+    }
+
+    /// Freezes (`1`) or thaws (`0`) the cgroup and waits until the kernel says it is done.
+    fn freeze(&self, value: &str) {
+        fs::write(self.dir.join("cgroup.freeze"), value).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let done = format!("frozen {value}");
+        while !fs::read_to_string(self.dir.join("cgroup.events"))
+            .unwrap()
+            .lines()
+            .any(|l| l == done)
+        {
+            assert!(Instant::now() < deadline, "never {done}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for OwnCgroup {
+    fn drop(&mut self) {
+        let _ = fs::write(self.dir.join("cgroup.freeze"), "0");
+        let _ = fs::write(self.root.join("cgroup.procs"), &self.pid);
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+#[test]
+fn a_call_a_frozen_daemon_does_not_answer_names_the_freezer_that_holds_it() {
+    // A daemon whose container is paused (`ctr task pause`: its cgroup's freezer) sleeps, to
+    // /proc, and the line said it was running, slow or stuck: an operator restarted a daemon
+    // that only needed thawing. The line now names the freezer's file and how to thaw it.
+    let (c, socket, d) = served(185);
+    let uid = c.pod("default", "held", json!({NETWORKS: "net-a"}));
+    let pod = ("default", "held", uid.as_str());
+    let ns = Netns::new();
+    let cgroup = OwnCgroup::holding(d.pid());
+    cgroup.freeze("1");
+    let said = said_while_held(&c, &ns, pod, "f1", || cgroup.freeze("0"));
+    let pid = d.pid();
+    assert_eq!(
+        said,
+        [format!(
+            "ADD: pod default/held (container f1): plumb daemon at {} (process {pid}, frozen: \
+             its cgroup's freezer holds it (a paused container); `echo 0 > {}`, or resuming its \
+             container, thaws it) has not answered the call in 10 s; still waiting",
+            socket.display(),
+            cgroup.dir.join("cgroup.freeze").display()
+        )],
+    );
+    ok(&call(&c.config, "DEL", &ns, pod, "f1"));
     c.assert_node_clean("after the DEL");
 }
 
