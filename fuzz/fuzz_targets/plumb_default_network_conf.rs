@@ -1,27 +1,45 @@
-//! The default network's configuration file, as `plumb daemon --write-config` reads it from the
-//! runtime's configuration directory (another plugin writes it, maybe half-way): judging it never
-//! panics, and a configuration it takes gives a list that the plugin reads, with a default
-//! network every ADD can run (conf_writer.rs `unusable`).
+//! `plumb daemon --write-config`'s two inputs together: the operator's template and the default
+//! network's configuration, as the daemon reads it from the runtime's configuration directory
+//! (another plugin writes it, maybe half-way). The input is the configuration alone (an object)
+//! or `[template, configuration]`. Judging either never panics; a template the daemon takes
+//! (checked at its start against a stand-in network, conf_writer.rs `template_keys`) and a
+//! configuration it takes (`unusable`) give a list that the plugin reads, whose default network
+//! is the configuration itself, in its `cniVersion`, and every ADD can run it.
 #![no_main]
 
+use std::path::Path;
+
 use libfuzzer_sys::fuzz_target;
-use plumb::conf_writer::{conflist, plumb_stdin, unusable};
+use plumb::conf_writer::{conflist, plumb_stdin, template_keys, unusable};
 use plumb::config::Config;
 use serde_json::{Map, Value};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(conf @ Value::Object(_)) = serde_json::from_slice::<Value>(data) else {
-        return;
+    let (template, conf) = match serde_json::from_slice::<Value>(data) {
+        Ok(conf @ Value::Object(_)) => (Map::new(), conf),
+        Ok(Value::Array(pair)) if pair.len() == 2 => {
+            let template = serde_json::to_vec(&pair[0]).unwrap();
+            let Ok((keys, _)) = template_keys(&template, Path::new("/run/plumb/plumb.sock")) else {
+                return;
+            };
+            (keys, pair[1].clone())
+        }
+        _ => return,
     };
-    if unusable(&conf).is_some() {
+    if !conf.is_object() || unusable(&conf).is_some() {
         return;
     }
-    let list = conflist(&Map::new(), &conf);
+    let list = conflist(&template, &conf);
+    assert_eq!(list["cniVersion"], conf["cniVersion"], "the list's version");
     let stdin = plumb_stdin(&list).expect("the written list holds plumb's entry");
     let config = Config::parse(stdin.to_string().as_bytes())
         .unwrap_or_else(|e| panic!("the written list is refused: {}", e.msg));
-    let default = serde_json::to_vec(&config.delegates[0]).unwrap();
-    cni::NetworkConfigList::from_any_bytes(&default)
+    let default = serde_json::to_value(&config.delegates[0]).unwrap();
+    assert_eq!(
+        default, conf,
+        "the default network is not the configuration"
+    );
+    cni::NetworkConfigList::from_any_bytes(&serde_json::to_vec(&default).unwrap())
         .and_then(|l| l.require_plugins())
         .unwrap_or_else(|e| panic!("its default network is refused: {}", e.msg));
 });

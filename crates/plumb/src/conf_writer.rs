@@ -122,26 +122,7 @@ impl ConfWriter {
         };
         let bytes = cni::files::read_bounded(template, MAX_CONF_FILE)
             .map_err(|e| CniError::new(ErrorCode::Io, format!("{}: {e}", template.display())))?;
-        let mut keys = match serde_json::from_slice(&bytes) {
-            Ok(Value::Object(m)) => m,
-            Ok(other) => {
-                let other = crate::objects::cut_at(&other.to_string(), 100).into_owned();
-                return Err(at(format!("not a JSON object but {other}")));
-            }
-            Err(e) => return Err(at(format!("invalid JSON: {e}"))),
-        };
-        if let Some(k) = FILLED.iter().find(|k| keys.contains_key(**k)) {
-            let instead = match *k {
-                "clusterNetwork" | "delegates" => {
-                    " (--primary-config names the default network's file)"
-                }
-                _ => "",
-            };
-            return Err(at(format!(
-                "{k:?} is filled in by the daemon from the default network's configuration; \
-                 remove it{instead}"
-            )));
-        }
+        let (keys, ready_when) = template_keys(&bytes, socket).map_err(at)?;
         if let Some(p) = &primary
             && (p.is_empty() || p.contains('/'))
         {
@@ -150,20 +131,11 @@ impl ConfWriter {
                 dir.display()
             )));
         }
-        keys.entry("plumbDaemonSocket")
-            .or_insert_with(|| json!(socket));
-        // Read now as the plugin will read it, with a default network standing in for the
-        // node's: a key mistyped fails here, once, not in every ADD.
-        let probe = json!({"cniVersion": "1.0.0", "name": "probe", "type": "probe"});
-        let list = json!({"cniVersion": "1.0.0", "name": NETWORK_NAME,
-                          "plugins": [plugin_entry(&keys, &probe)]});
-        let stdin = plumb_stdin(&list).expect("the list has plumb's entry");
-        let config = Config::parse(stdin.to_string().as_bytes()).map_err(|e| at(e.msg))?;
         Ok(ConfWriter {
             dir,
             primary,
             template: keys,
-            ready_when: config.readiness_indicator_file,
+            ready_when,
             waiting: None,
         })
     }
@@ -371,6 +343,45 @@ struct Skipped {
     name: String,
     /// Its plugin's type.
     kind: String,
+}
+
+/// The template's keys from the file's `bytes`, as the plugin will read them, and its
+/// `readinessindicatorfile`; or what is wrong with it. Its `plumbDaemonSocket` defaults to
+/// `socket`, the daemon's own.
+pub fn template_keys(
+    bytes: &[u8],
+    socket: &Path,
+) -> Result<(Map<String, Value>, Option<PathBuf>), String> {
+    let mut keys = match serde_json::from_slice(bytes) {
+        Ok(Value::Object(m)) => m,
+        Ok(other) => {
+            let other = crate::objects::cut_at(&other.to_string(), 100).into_owned();
+            return Err(format!("not a JSON object but {other}"));
+        }
+        Err(e) => return Err(format!("invalid JSON: {e}")),
+    };
+    if let Some(k) = FILLED.iter().find(|k| keys.contains_key(**k)) {
+        let instead = match *k {
+            "clusterNetwork" | "delegates" => {
+                " (--primary-config names the default network's file)"
+            }
+            _ => "",
+        };
+        return Err(format!(
+            "{k:?} is filled in by the daemon from the default network's configuration; \
+             remove it{instead}"
+        ));
+    }
+    keys.entry("plumbDaemonSocket")
+        .or_insert_with(|| json!(socket));
+    // Read now as the plugin will read it, with a default network standing in for the
+    // node's: a key mistyped fails here, once, not in every ADD.
+    let probe = json!({"cniVersion": "1.0.0", "name": "probe", "type": "probe"});
+    let list = json!({"cniVersion": "1.0.0", "name": NETWORK_NAME,
+                      "plugins": [plugin_entry(&keys, &probe)]});
+    let stdin = plumb_stdin(&list).expect("the list has plumb's entry");
+    let config = Config::parse(stdin.to_string().as_bytes()).map_err(|e| e.msg)?;
+    Ok((keys, config.readiness_indicator_file))
 }
 
 /// plumb's entry in the list: the template's keys, the default network embedded as
