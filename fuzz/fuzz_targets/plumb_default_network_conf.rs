@@ -4,7 +4,7 @@
 //! or `[template, configuration]`. Judging either never panics; a template the daemon takes
 //! (checked at its start against a stand-in network, conf_writer.rs `template_keys`) and a
 //! configuration it takes (`unusable`) give a list that the plugin reads, whose default network
-//! is the configuration itself, in its `cniVersion`, and every ADD can run it.
+//! is the configuration itself, with its plugins' capabilities, and every ADD can run it.
 #![no_main]
 
 use std::path::Path;
@@ -30,15 +30,35 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let list = conflist(&template, &conf);
-    assert_eq!(list["cniVersion"], conf["cniVersion"], "the list's version");
     let stdin = plumb_stdin(&list).expect("the written list holds plumb's entry");
     let config = Config::parse(stdin.to_string().as_bytes())
         .unwrap_or_else(|e| panic!("the written list is refused: {}", e.msg));
+    // The default network is the configuration itself: no template key overrides it.
+    assert!(
+        config.cluster_network.is_none(),
+        "clusterNetwork from the template"
+    );
     let default = serde_json::to_value(&config.delegates[0]).unwrap();
     assert_eq!(
         default, conf,
         "the default network is not the configuration"
     );
+    // Every capability its plugins declare is declared as plumb's (the template may turn one
+    // off), so that the runtime passes its arguments.
+    let plugins = match conf.get("plugins") {
+        Some(Value::Array(p)) => p.clone(),
+        _ => vec![conf.clone()],
+    };
+    for plugin in &plugins {
+        if let Some(Value::Object(caps)) = plugin.get("capabilities") {
+            for (k, v) in caps {
+                assert!(
+                    v != &Value::Bool(true) || config.capabilities.contains_key(k),
+                    "capability {k:?} not declared"
+                );
+            }
+        }
+    }
     cni::NetworkConfigList::from_any_bytes(&serde_json::to_vec(&default).unwrap())
         .and_then(|l| l.require_plugins())
         .unwrap_or_else(|e| panic!("its default network is refused: {}", e.msg));

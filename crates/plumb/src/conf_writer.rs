@@ -122,7 +122,7 @@ impl ConfWriter {
         };
         let bytes = cni::files::read_bounded(template, MAX_CONF_FILE)
             .map_err(|e| CniError::new(ErrorCode::Io, format!("{}: {e}", template.display())))?;
-        let (keys, ready_when) = template_keys(&bytes, socket).map_err(at)?;
+        let keys = template_object(&bytes).map_err(at)?;
         if let Some(p) = &primary
             && (p.is_empty() || p.contains('/'))
         {
@@ -131,6 +131,7 @@ impl ConfWriter {
                 dir.display()
             )));
         }
+        let (keys, ready_when) = checked_template(keys, socket).map_err(at)?;
         Ok(ConfWriter {
             dir,
             primary,
@@ -352,7 +353,17 @@ pub fn template_keys(
     bytes: &[u8],
     socket: &Path,
 ) -> Result<(Map<String, Value>, Option<PathBuf>), String> {
-    let mut keys = match serde_json::from_slice(bytes) {
+    let keys = template_object(bytes)?;
+    checked_template(keys, socket)
+}
+
+/// The template file's `bytes` as an object whose keys are spelled as plumb spells them, none
+/// of them one the daemon fills in. The plugin reads Multus's keys in any case
+/// (config.rs `canonical_keys`), so a key is judged by its canonical name here too: a
+/// `ClusterNetwork` would otherwise pass and override the default network in every ADD, and a
+/// `Capabilities` would sit beside the one the daemon writes, failing every ADD.
+fn template_object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
+    let keys = match serde_json::from_slice(bytes) {
         Ok(Value::Object(m)) => m,
         Ok(other) => {
             let other = crate::objects::cut_at(&other.to_string(), 100).into_owned();
@@ -360,6 +371,10 @@ pub fn template_keys(
         }
         Err(e) => return Err(format!("invalid JSON: {e}")),
     };
+    let given: Vec<String> = keys.keys().cloned().collect();
+    // The warnings (a key read in another case) are not said: the file is written with the
+    // canonical names, so the plugin reads it without them.
+    let keys = crate::config::canonical_keys(keys, &mut Vec::new()).map_err(|e| e.msg)?;
     if let Some(k) = FILLED.iter().find(|k| keys.contains_key(**k)) {
         let instead = match *k {
             "clusterNetwork" | "delegates" => {
@@ -367,15 +382,33 @@ pub fn template_keys(
             }
             _ => "",
         };
+        let as_given =
+            given
+                .iter()
+                .find(|g| g.eq_ignore_ascii_case(k))
+                .map_or(String::new(), |g| {
+                    if g == k {
+                        String::new()
+                    } else {
+                        format!(" (given as {g:?})")
+                    }
+                });
         return Err(format!(
-            "{k:?} is filled in by the daemon from the default network's configuration; \
-             remove it{instead}"
+            "{k:?}{as_given} is filled in by the daemon from the default network's \
+             configuration; remove it{instead}"
         ));
     }
+    Ok(keys)
+}
+
+/// The template's `keys` read now as the plugin will read them, with a default network
+/// standing in for the node's: a key mistyped fails here, once, not in every ADD.
+fn checked_template(
+    mut keys: Map<String, Value>,
+    socket: &Path,
+) -> Result<(Map<String, Value>, Option<PathBuf>), String> {
     keys.entry("plumbDaemonSocket")
         .or_insert_with(|| json!(socket));
-    // Read now as the plugin will read it, with a default network standing in for the
-    // node's: a key mistyped fails here, once, not in every ADD.
     let probe = json!({"cniVersion": "1.0.0", "name": "probe", "type": "probe"});
     let list = json!({"cniVersion": "1.0.0", "name": NETWORK_NAME,
                       "plugins": [plugin_entry(&keys, &probe)]});
@@ -770,5 +803,47 @@ mod tests {
         assert_eq!(stdin["name"], NETWORK_NAME);
         let config = Config::parse(stdin.to_string().as_bytes()).unwrap();
         assert_eq!(config.delegates.len(), 1);
+    }
+
+    #[test]
+    fn a_template_key_in_another_case_is_judged_and_written_as_the_plugin_reads_it() {
+        // The plugin reads Multus's keys in any case. `ClusterNetwork` passed the check and
+        // overrode the default network in every ADD; `Capabilities` sat beside the lowercase
+        // key the daemon writes, and every ADD failed on the two.
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("t.json");
+        std::fs::write(&t, r#"{"ClusterNetwork": "cbr0"}"#).unwrap();
+        let e = ConfWriter::new(&t, d.path().into(), None, Path::new("/s")).unwrap_err();
+        assert!(
+            e.msg
+                .contains("\"clusterNetwork\" (given as \"ClusterNetwork\") is filled in"),
+            "{e}"
+        );
+        std::fs::write(&t, r#"{"capabilities": {}, "Capabilities": {}}"#).unwrap();
+        let e = ConfWriter::new(&t, d.path().into(), None, Path::new("/s")).unwrap_err();
+        assert!(e.msg.contains("are the same key"), "{e}");
+
+        let (mut w, _d) = writer(
+            json!({"Capabilities": {"portMappings": false}, "LogLevel": "error"}),
+            None,
+        );
+        put(
+            &w,
+            "10-a.conflist",
+            &json!({"cniVersion": "1.0.0", "name": "a", "plugins": [
+            {"type": "bridge"}, {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}}]}),
+        );
+        assert!(matches!(w.step(), Step::Wrote(_)));
+        let plumb = &written(&w)["plugins"][0];
+        assert_eq!(
+            plumb["capabilities"],
+            json!({"portMappings": false, "bandwidth": true})
+        );
+        assert_eq!(plumb["logLevel"], "error");
+        assert!(plumb.get("Capabilities").is_none() && plumb.get("LogLevel").is_none());
+        let stdin = plumb_stdin(&written(&w)).unwrap();
+        let config = Config::parse(stdin.to_string().as_bytes()).unwrap();
+        assert_eq!(config.warnings, Vec::<String>::new());
     }
 }

@@ -240,7 +240,7 @@ const KNOWN: &[&str] = &[
 /// matches keys in any case, so such a key is in effect with Multus. One key given in two cases
 /// is an error naming both (which one Go keeps depends on their order in the file). plumb's own
 /// keys are exact (`plumbDaemonSocket` is read by the shim before this parse).
-fn canonical_keys(
+pub(crate) fn canonical_keys(
     raw: Map<String, Value>,
     warnings: &mut Vec<String>,
 ) -> Result<Map<String, Value>, CniError> {
