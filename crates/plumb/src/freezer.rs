@@ -11,11 +11,14 @@
 
 use std::path::{Path, PathBuf};
 
-/// A frozen process's freezer: the cgroup that froze it, as the file to write and what to
-/// write there to thaw it.
+/// A frozen process's freezers: the cgroups that asked to freeze it, as the files to write and
+/// what to write there to thaw it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Frozen {
-    pub file: PathBuf,
+    /// The freezer file of each cgroup that asked, its own and its ancestors', nearest first:
+    /// the process thaws once all are written. None when the one that asked is out of this
+    /// process's view (above a mount of a subtree, or unreadable).
+    pub files: Vec<PathBuf>,
     pub thaw: &'static str,
 }
 
@@ -48,10 +51,13 @@ fn frozen_in(
         let Some((mountpoint, dir)) = located(mountinfo, hierarchy, path) else {
             continue;
         };
-        let (is_frozen, froze_it, thaw) = match hierarchy {
+        // What says it is frozen, the file a cgroup asks to freeze with (itself and what is
+        // below it), the file to thaw it with, and what to write there.
+        let (frozen, asks, control, thaw) = match hierarchy {
             Hierarchy::Unified => (
                 read(&dir.join("cgroup.events"))
                     .is_some_and(|e| e.lines().any(|l| l.trim() == "frozen 1")),
+                "cgroup.freeze",
                 "cgroup.freeze",
                 "0",
             ),
@@ -59,24 +65,21 @@ fn frozen_in(
                 read(&dir.join("freezer.state"))
                     .is_some_and(|s| matches!(s.trim(), "FROZEN" | "FREEZING")),
                 "freezer.self_freezing",
+                "freezer.state",
                 "THAWED",
             ),
         };
-        if !is_frozen {
-            continue;
-        }
-        // The cgroup that asked to be frozen: this one or an ancestor (freezing a cgroup
-        // freezes everything below it). Not found (it thawed meanwhile): the process's own.
-        let asked = dir
+        // Asked, it is frozen or being frozen (v2's `frozen` key waits for every task to stop;
+        // v1 says FREEZING meanwhile).
+        let files: Vec<PathBuf> = dir
             .ancestors()
             .take_while(|d| d.starts_with(&mountpoint))
-            .find(|d| read(&d.join(froze_it)).is_some_and(|v| v.trim() == "1"))
-            .unwrap_or(&dir);
-        let file = match hierarchy {
-            Hierarchy::Unified => asked.join("cgroup.freeze"),
-            Hierarchy::V1Freezer => asked.join("freezer.state"),
-        };
-        return Some(Frozen { file, thaw });
+            .filter(|d| read(&d.join(asks)).is_some_and(|v| v.trim() == "1"))
+            .map(|d| d.join(control))
+            .collect();
+        if frozen || !files.is_empty() {
+            return Some(Frozen { files, thaw });
+        }
     }
     None
 }
@@ -94,7 +97,9 @@ fn memberships(cgroups: &str) -> impl Iterator<Item = (Hierarchy, &str)> {
         } else {
             return None;
         };
-        path.starts_with('/').then_some((hierarchy, path))
+        // A path outside this process's cgroup namespace (`/../…`) is not under any mount.
+        let inside = path.starts_with('/') && !path.split('/').any(|c| c == "..");
+        inside.then_some((hierarchy, path))
     })
 }
 
@@ -152,50 +157,68 @@ mod tests {
         move |p| map.get(p).cloned()
     }
 
-    fn frozen_file(file: &str, thaw: &'static str) -> Option<Frozen> {
+    fn frozen_by(files: &[&str], thaw: &'static str) -> Option<Frozen> {
         Some(Frozen {
-            file: file.into(),
+            files: files.iter().map(PathBuf::from).collect(),
             thaw,
         })
     }
 
     #[test]
-    fn a_unified_cgroup_frozen_by_itself_or_an_ancestor_names_the_one_that_froze() {
+    fn a_unified_cgroup_frozen_names_every_cgroup_that_asked_nearest_first() {
         let cgroups = "1:cpu:/\n0::/kubepods/pod1/c1\n";
+        let c1 = "/sys/fs/cgroup/unified/kubepods/pod1/c1";
+        let pod1 = "/sys/fs/cgroup/unified/kubepods/pod1";
         let events = "populated 1\nfrozen 1\n";
         let own = files(&[
-            (
-                "/sys/fs/cgroup/unified/kubepods/pod1/c1/cgroup.events",
-                events,
-            ),
-            (
-                "/sys/fs/cgroup/unified/kubepods/pod1/c1/cgroup.freeze",
-                "1\n",
-            ),
+            (&format!("{c1}/cgroup.events"), events),
+            (&format!("{c1}/cgroup.freeze"), "1\n"),
         ]);
         assert_eq!(
             frozen_in(cgroups, HYBRID, own),
-            frozen_file("/sys/fs/cgroup/unified/kubepods/pod1/c1/cgroup.freeze", "0")
+            frozen_by(&[&format!("{c1}/cgroup.freeze")], "0")
         );
+        // Frozen by an ancestor, or by it and itself: each must be thawed.
         let ancestor = files(&[
-            (
-                "/sys/fs/cgroup/unified/kubepods/pod1/c1/cgroup.events",
-                events,
-            ),
-            (
-                "/sys/fs/cgroup/unified/kubepods/pod1/c1/cgroup.freeze",
-                "0\n",
-            ),
-            ("/sys/fs/cgroup/unified/kubepods/pod1/cgroup.freeze", "1\n"),
+            (&format!("{c1}/cgroup.events"), events),
+            (&format!("{c1}/cgroup.freeze"), "0\n"),
+            (&format!("{pod1}/cgroup.freeze"), "1\n"),
         ]);
         assert_eq!(
             frozen_in(cgroups, HYBRID, ancestor),
-            frozen_file("/sys/fs/cgroup/unified/kubepods/pod1/cgroup.freeze", "0")
+            frozen_by(&[&format!("{pod1}/cgroup.freeze")], "0")
         );
-        let thawed = files(&[(
-            "/sys/fs/cgroup/unified/kubepods/pod1/c1/cgroup.events",
-            "populated 1\nfrozen 0\n",
-        )]);
+        let both = files(&[
+            (&format!("{c1}/cgroup.events"), events),
+            (&format!("{c1}/cgroup.freeze"), "1\n"),
+            (&format!("{pod1}/cgroup.freeze"), "1\n"),
+        ]);
+        assert_eq!(
+            frozen_in(cgroups, HYBRID, both),
+            frozen_by(
+                &[
+                    &format!("{c1}/cgroup.freeze"),
+                    &format!("{pod1}/cgroup.freeze")
+                ],
+                "0"
+            )
+        );
+        // Asked but not all its tasks stopped yet: being frozen, said as frozen.
+        let freezing = files(&[
+            (&format!("{c1}/cgroup.events"), "populated 1\nfrozen 0\n"),
+            (&format!("{c1}/cgroup.freeze"), "1\n"),
+        ]);
+        assert_eq!(
+            frozen_in(cgroups, HYBRID, freezing),
+            frozen_by(&[&format!("{c1}/cgroup.freeze")], "0")
+        );
+        // Frozen from above what this process can read: frozen, no file to name.
+        let unseen = files(&[(&format!("{c1}/cgroup.events"), events)]);
+        assert_eq!(frozen_in(cgroups, HYBRID, unseen), frozen_by(&[], "0"));
+        let thawed = files(&[
+            (&format!("{c1}/cgroup.events"), "populated 1\nfrozen 0\n"),
+            (&format!("{c1}/cgroup.freeze"), "0\n"),
+        ]);
         assert_eq!(frozen_in(cgroups, HYBRID, thawed), None);
     }
 
@@ -212,10 +235,28 @@ mod tests {
             ]);
             assert_eq!(
                 frozen_in(cgroups, HYBRID, read),
-                frozen_file("/sys/fs/cgroup/freezer/docker/abc/freezer.state", "THAWED"),
+                frozen_by(
+                    &["/sys/fs/cgroup/freezer/docker/abc/freezer.state"],
+                    "THAWED"
+                ),
                 "{state}"
             );
         }
+        let parent = files(&[
+            (
+                "/sys/fs/cgroup/freezer/docker/abc/freezer.state",
+                "FROZEN\n",
+            ),
+            (
+                "/sys/fs/cgroup/freezer/docker/abc/freezer.self_freezing",
+                "0\n",
+            ),
+            ("/sys/fs/cgroup/freezer/docker/freezer.self_freezing", "1\n"),
+        ]);
+        assert_eq!(
+            frozen_in(cgroups, HYBRID, parent),
+            frozen_by(&["/sys/fs/cgroup/freezer/docker/freezer.state"], "THAWED")
+        );
         let thawed = files(&[(
             "/sys/fs/cgroup/freezer/docker/abc/freezer.state",
             "THAWED\n",
@@ -227,13 +268,20 @@ mod tests {
     fn paths_outside_a_subtree_mount_and_unreadable_files_read_as_not_frozen() {
         // A container's view: only its own subtree is mounted, at /sys/fs/cgroup.
         let subtree = "50 40 0:38 /kubepods/pod1 /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n";
-        let read = files(&[("/sys/fs/cgroup/c1/cgroup.events", "frozen 1\n")]);
+        let read = files(&[
+            ("/sys/fs/cgroup/c1/cgroup.events", "frozen 1\n"),
+            ("/sys/fs/cgroup/c1/cgroup.freeze", "1\n"),
+        ]);
         assert_eq!(
             frozen_in("0::/kubepods/pod1/c1\n", subtree, &read),
-            frozen_file("/sys/fs/cgroup/c1/cgroup.freeze", "0")
+            frozen_by(&["/sys/fs/cgroup/c1/cgroup.freeze"], "0")
         );
         assert_eq!(frozen_in("0::/kubepods/pod10/c1\n", subtree, &read), None);
         assert_eq!(frozen_in("0::/other\n", subtree, &read), None);
+        // Outside this process's cgroup namespace: `..` never climbs to a mount's files.
+        let root = "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let above = files(&[("/sys/fs/cgroup/c1/cgroup.events", "frozen 1\n")]);
+        assert_eq!(frozen_in("0::/../c1\n", root, &above), None);
         // No freezer mounted, not a cgroup file, nothing readable.
         let v1_cpu_only = "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n";
         assert_eq!(frozen_in("6:freezer:/x\n", v1_cpu_only, &read), None);
@@ -322,7 +370,7 @@ mod kernel_tests {
             assert_eq!(
                 frozen(pid),
                 Some(Frozen {
-                    file: sleeper.dir.join(control),
+                    files: vec![sleeper.dir.join(control)],
                     thaw
                 }),
                 "{hierarchy:?}"

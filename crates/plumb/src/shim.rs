@@ -311,11 +311,19 @@ fn process(pid: Option<i32>) -> String {
     if !matches!(state, "Z" | "X" | "?")
         && let Some(frozen) = crate::freezer::frozen(pid)
     {
-        let file = frozen.file.display();
+        if frozen.files.is_empty() {
+            return format!(
+                "process {pid}, frozen: a cgroup freezer out of this process's view holds it (a \
+                 paused container, say); resume its container"
+            );
+        }
+        let each: Vec<String> = (frozen.files.iter())
+            .map(|f| format!("`echo {} > {}`", frozen.thaw, f.display()))
+            .collect();
         return format!(
-            "process {pid}, frozen: its cgroup's freezer holds it (a paused container); `echo {} \
-             > {file}`, or resuming its container, thaws it",
-            frozen.thaw
+            "process {pid}, frozen: its cgroup's freezer holds it (a paused container, say); \
+             thaw it with {}, or resume its container",
+            each.join(" and ")
         );
     }
     match state {

@@ -533,11 +533,12 @@ fn a_call_a_stopped_daemon_does_not_answer_is_said_in_the_log_naming_the_daemon(
 }
 
 /// A cgroup of cgroup v2 holding process `pid`, made for a test at the unified hierarchy's
-/// root; when dropped, thawed, the process moved back to the root and the cgroup removed.
+/// root; when dropped, thawed, every process in it moved back to the cgroup `pid` came from,
+/// and removed.
 struct OwnCgroup {
-    root: PathBuf,
+    /// The cgroup `pid` was in.
+    home: PathBuf,
     dir: PathBuf,
-    pid: String,
 }
 
 impl OwnCgroup {
@@ -553,11 +554,18 @@ impl OwnCgroup {
                     .then(|| PathBuf::from(mountpoint))
             })
             .expect("cgroup v2 is mounted");
+        let own = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        let home = own
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .map(|p| root.join(p.trim_start_matches('/')))
+            .expect("a cgroup v2 line");
         let dir = root.join(format!("plumb-e2e-{}-{pid}", std::process::id()));
         fs::create_dir(&dir).unwrap();
-        let pid = pid.to_string();
-        fs::write(dir.join("cgroup.procs"), &pid).unwrap();
-        OwnCgroup { root, dir, pid }
+        // The guard first: a failure below still removes the cgroup.
+        let cgroup = OwnCgroup { home, dir };
+        fs::write(cgroup.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        cgroup
     }
 
     /// Freezes (`1`) or thaws (`0`) the cgroup and waits until the kernel says it is done.
@@ -579,8 +587,18 @@ impl OwnCgroup {
 impl Drop for OwnCgroup {
     fn drop(&mut self) {
         let _ = fs::write(self.dir.join("cgroup.freeze"), "0");
-        let _ = fs::write(self.root.join("cgroup.procs"), &self.pid);
-        let _ = fs::remove_dir(&self.dir);
+        // The daemon, and any delegate it has running.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let procs = fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines() {
+                let _ = fs::write(self.home.join("cgroup.procs"), pid);
+            }
+            if fs::remove_dir(&self.dir).is_ok() || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
@@ -589,7 +607,7 @@ fn a_call_a_frozen_daemon_does_not_answer_names_the_freezer_that_holds_it() {
     // A daemon whose container is paused (`ctr task pause`: its cgroup's freezer) sleeps, to
     // /proc, and the line said it was running, slow or stuck: an operator restarted a daemon
     // that only needed thawing. The line now names the freezer's file and how to thaw it.
-    let (c, socket, d) = served(185);
+    let (c, socket, d) = served(175);
     let uid = c.pod("default", "held", json!({NETWORKS: "net-a"}));
     let pod = ("default", "held", uid.as_str());
     let ns = Netns::new();
@@ -601,8 +619,8 @@ fn a_call_a_frozen_daemon_does_not_answer_names_the_freezer_that_holds_it() {
         said,
         [format!(
             "ADD: pod default/held (container f1): plumb daemon at {} (process {pid}, frozen: \
-             its cgroup's freezer holds it (a paused container); `echo 0 > {}`, or resuming its \
-             container, thaws it) has not answered the call in 10 s; still waiting",
+             its cgroup's freezer holds it (a paused container, say); thaw it with `echo 0 > {}`, \
+             or resume its container) has not answered the call in 10 s; still waiting",
             socket.display(),
             cgroup.dir.join("cgroup.freeze").display()
         )],
