@@ -361,8 +361,9 @@ pub struct Staged {
 /// 1 of its container, both write plumb's token copy while one takes over from the other; and
 /// a killed writer's leftover may carry a PID that is now this process's. Truncating theirs
 /// would leave them renaming a file that this process writes. When the name is taken, a random
-/// number stands in for the PID: the name keeps its form and its length (a `u32`'s digits), so
-/// [`remove_staged`] and [`sweep_staged`] find it as they find the others.
+/// `u32` stands in for the PID: the name keeps its form, and stays within the length
+/// [`staged_base`] allows for (a `u32`'s ten digits), so [`remove_staged`] and
+/// [`sweep_staged`] find it as they find the others.
 pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
     use std::hash::BuildHasher;
 
@@ -403,7 +404,10 @@ pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
     }
     let taken = io::Error::new(
         io::ErrorKind::AlreadyExists,
-        format!("eight temporary names beside it were taken (.{base}.tmpNNN)"),
+        format!(
+            "eight temporary names beside it were taken: leftovers of killed writers; remove \
+             .{base}.tmp* while nothing writes it"
+        ),
     );
     Err(write_err(path, taken))
 }
@@ -413,15 +417,23 @@ pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
 /// (plumb holds the container's turn). Best effort: what could not be listed or removed is left
 /// for GC's sweep ([`sweep_staged`]). Returns the files removed (none said when one failed).
 pub fn remove_staged(path: &Path) -> Vec<PathBuf> {
+    // Every one there, however new: "last written more than no time ago".
+    sweep_staged_beside(path, std::time::Duration::ZERO).unwrap_or_default()
+}
+
+/// Removes the temporary files [`stage`] left beside `path`, whatever process wrote them, that
+/// were last written more than `older_than` ago: for a file that no GC sweeps (the daemon's
+/// own files, at its start), with an age far above a live writer's milliseconds. Returns the
+/// files removed.
+pub fn sweep_staged_beside(
+    path: &Path,
+    older_than: std::time::Duration,
+) -> Result<Vec<PathBuf>, CniError> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let base = staged_base(name);
-    // Every one there, however new: "last written more than no time ago".
-    sweep_temporaries(dir, std::time::Duration::ZERO, |n| {
-        staged_target(n) == Some(&*base)
-    })
-    .unwrap_or_default()
+    sweep_temporaries(dir, older_than, |n| staged_target(n) == Some(&*base))
 }
 
 /// The longest file name most Linux file systems take (`NAME_MAX`), in bytes.

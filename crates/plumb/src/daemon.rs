@@ -131,6 +131,28 @@ impl NodeFiles {
         }
     }
 
+    /// Removes the temporary files that writers of them killed before their rename left
+    /// (`cni::cache::stage`), an hour old or more: no GC sweeps these directories, and each
+    /// such file may hold a copy of the token.
+    fn sweep_leftovers(&self) {
+        let outputs = (self.kubeconfig.iter().flat_map(|k| k.outputs()))
+            .chain(self.conf.iter().map(|c| c.output()));
+        for output in outputs {
+            match cni::cache::sweep_staged_beside(&output, crate::plugin::STAGED_FILE_MAX_AGE) {
+                Ok(removed) => {
+                    for file in removed {
+                        say(format_args!(
+                            "removed {}, left by a writer of {} killed before it finished",
+                            file.display(),
+                            output.display()
+                        ));
+                    }
+                }
+                Err(e) => say(format_args!("{}", e.msg)),
+            }
+        }
+    }
+
     /// Stops keeping them: another daemon does now.
     fn hand_over(&mut self) {
         let outputs = self
@@ -194,6 +216,7 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         kubeconfig,
         conf,
     };
+    files.sweep_leftovers();
     // Not the owner of /proc/self, which is root whenever the process is not dumpable.
     let uid = nix::unistd::geteuid().as_raw();
     let shared = Arc::new(Shared {
@@ -795,5 +818,59 @@ mod tests {
         std::fs::write(sa.join("ca.crt"), "CA").unwrap();
         files.step();
         assert!(kubeconfig.exists() && written.exists());
+    }
+
+    #[test]
+    fn leftovers_of_killed_writers_of_the_node_files_are_swept_once_an_hour_old() {
+        // A daemon killed while it wrote the token copy left `.token.tmpN`; no GC sweeps the
+        // configuration directory, so it stayed for ever, a copy of a token on the host.
+        let d = tempfile::tempdir().unwrap();
+        let (sa, conf_dir) = (d.path().join("sa"), d.path().join("net.d"));
+        let plumb_d = conf_dir.join("plumb.d");
+        std::fs::create_dir_all(&plumb_d).unwrap();
+        let template = d.path().join("template.json");
+        std::fs::write(&template, "{}").unwrap();
+        let env = |v: &str| match v {
+            "KUBERNETES_SERVICE_HOST" => Some("10.96.0.1".to_string()),
+            "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
+            _ => None,
+        };
+        let files = NodeFiles {
+            kubeconfig: Some(
+                KubeconfigWriter::new(plumb_d.join("plumb.kubeconfig"), sa, env).unwrap(),
+            ),
+            conf: Some(
+                ConfWriter::new(&template, conf_dir.clone(), None, Path::new("/s")).unwrap(),
+            ),
+            kubeconfig_ready: false,
+        };
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        let put = |path: PathBuf, aged: bool| {
+            let f = std::fs::File::create(&path).unwrap();
+            if aged {
+                f.set_modified(old).unwrap();
+            }
+            path
+        };
+        let swept = [
+            put(plumb_d.join(".token.tmp1"), true),
+            put(plumb_d.join(".ca.crt.tmp4242"), true),
+            put(plumb_d.join(".plumb.kubeconfig.tmp1"), true),
+            put(conf_dir.join(".00-plumb.conflist.tmp3735928559"), true),
+        ];
+        let kept = [
+            // A live writer's, and files of other names.
+            put(plumb_d.join(".token.tmp7"), false),
+            put(plumb_d.join(".other.tmp1"), true),
+            put(conf_dir.join(".10-flannel.conflist.tmp1"), true),
+            put(plumb_d.join("token.tmp1"), true),
+        ];
+        files.sweep_leftovers();
+        for f in swept {
+            assert!(!f.exists(), "{} left", f.display());
+        }
+        for f in kept {
+            assert!(f.exists(), "{} removed", f.display());
+        }
     }
 }

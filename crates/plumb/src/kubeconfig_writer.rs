@@ -103,6 +103,14 @@ impl KubeconfigWriter {
         &self.path
     }
 
+    /// Every file written: the credentials and the kubeconfig.
+    pub fn outputs(&self) -> Vec<PathBuf> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        (CREDENTIALS.iter().map(|c| dir.join(c)))
+            .chain(std::iter::once(self.path.clone()))
+            .collect()
+    }
+
     /// Whether a step has found the kubeconfig and its credentials written. Not [`Step::Same`]
     /// alone, which is also a reason to wait said already.
     pub fn written(&self) -> bool {

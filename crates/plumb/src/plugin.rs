@@ -432,7 +432,7 @@ type Unreadable = (Option<String>, CniError);
 /// How old a temporary file of [`cni::cache::stage`] must be for GC to remove it: far above
 /// any CNI call's length (the runtime gives up on a call after a few minutes at most), so a
 /// live writer's file is never taken.
-const STAGED_FILE_MAX_AGE: Duration = Duration::from_secs(3600);
+pub(crate) const STAGED_FILE_MAX_AGE: Duration = Duration::from_secs(3600);
 
 /// A sweep of one directory's temporary files ([`cni::cache::sweep_staged`] and the like).
 type Sweep = fn(&std::path::Path, Duration) -> Result<Vec<std::path::PathBuf>, CniError>;
