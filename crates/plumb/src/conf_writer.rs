@@ -291,7 +291,8 @@ impl ConfWriter {
                 conf["name"].as_str().unwrap_or("unnamed"),
                 if before.is_some() { ", changed" } else { "" }
             )),
-            Err(e) => Step::Waiting(format!("cannot write {}: {}", path.display(), e.msg)),
+            // The error names the file already.
+            Err(e) => Step::Waiting(e.msg),
         }
     }
 

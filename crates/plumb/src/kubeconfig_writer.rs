@@ -171,7 +171,8 @@ impl KubeconfigWriter {
                 continue;
             }
             if let Err(e) = cni::cache::write_durable(&path, bytes) {
-                return Step::Waiting(format!("cannot write {}: {}", path.display(), e.msg));
+                // The error names the file already.
+                return Step::Waiting(e.msg);
             }
             changed.push(name.to_string_lossy().into_owned());
         }
@@ -236,6 +237,19 @@ mod tests {
         std::fs::write(sa.join("token"), "").unwrap();
         assert!(matches!(w.step(), Step::Waiting(why) if why.contains("is empty")));
         assert_eq!(std::fs::read(dir.join("token")).unwrap(), b"t2");
+
+        // A file that cannot be written (a directory in its place) is said once, by name.
+        std::fs::write(sa.join("token"), "t3").unwrap();
+        std::fs::remove_file(dir.join("token")).unwrap();
+        std::fs::create_dir(dir.join("token")).unwrap();
+        let Step::Waiting(why) = w.step() else {
+            panic!("written over a directory")
+        };
+        assert_eq!(why.matches("cannot write").count(), 1, "{why}");
+        assert!(
+            why.contains(&dir.join("token").display().to_string()),
+            "{why}"
+        );
     }
 
     #[test]
