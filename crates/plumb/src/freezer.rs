@@ -41,8 +41,8 @@ enum Hierarchy {
 }
 
 /// [`frozen`] on the given `/proc/PID/cgroup` and `/proc/self/mountinfo` texts, reading the
-/// cgroups' files with `read`.
-fn frozen_in(
+/// cgroups' files with `read` (public for the fuzz target, `plumb_freezer`).
+pub fn frozen_in(
     cgroups: &str,
     mountinfo: &str,
     read: impl Fn(&Path) -> Option<String>,
@@ -120,8 +120,12 @@ fn located(mountinfo: &str, hierarchy: Hierarchy, path: &str) -> Option<(PathBuf
                 fstype == "cgroup" && superoptions.split(',').any(|o| o == "freezer")
             }
         };
-        // A mount point with an escaped character (`\040`, a space) is left alone.
-        if !wanted || mountpoint.contains('\\') {
+        // A mount point with an escaped character (`\040`, a space) is left alone, and one
+        // that is not a plain absolute path (the kernel writes none such) is not trusted.
+        let plain = mountpoint.starts_with('/')
+            && !mountpoint.contains('\\')
+            && !mountpoint.split('/').any(|c| c == "..");
+        if !wanted || !plain {
             return None;
         }
         let below = if root == "/" {
@@ -282,6 +286,14 @@ mod tests {
         let root = "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
         let above = files(&[("/sys/fs/cgroup/c1/cgroup.events", "frozen 1\n")]);
         assert_eq!(frozen_in("0::/../c1\n", root, &above), None);
+        // Nor does a mount point that is not a plain absolute path.
+        let odd = "41 31 0:38 / /sys/fs/../fs/cgroup rw - cgroup2 cgroup2 rw\n\
+                   42 31 0:38 / sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let read_odd = files(&[
+            ("/sys/fs/../fs/cgroup/c1/cgroup.events", "frozen 1\n"),
+            ("sys/fs/cgroup/c1/cgroup.events", "frozen 1\n"),
+        ]);
+        assert_eq!(frozen_in("0::/c1\n", odd, read_odd), None);
         // No freezer mounted, not a cgroup file, nothing readable.
         let v1_cpu_only = "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n";
         assert_eq!(frozen_in("6:freezer:/x\n", v1_cpu_only, &read), None);
