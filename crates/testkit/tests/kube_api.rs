@@ -1360,3 +1360,89 @@ async fn an_http1_only_server_gives_the_same_client_http1() {
     assert_eq!(api.connections_accepted(), 1, "kept alive");
     assert_eq!(api.max_in_flight(), 1);
 }
+
+#[tokio::test]
+async fn a_token_request_bound_to_a_node_issues_a_token_the_server_then_accepts() {
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let (api, dir, first) = setup().await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(first, "kube-system");
+    let request = |seconds: i64, kind: &str| TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(seconds),
+            bound_object_ref: Some(BoundObjectReference {
+                kind: Some(kind.into()),
+                name: Some("node-1".into()),
+                ..BoundObjectReference::default()
+            }),
+        },
+        ..TokenRequest::default()
+    };
+    let issued = accounts
+        .create_token_request("plumb", &PostParams::default(), &request(86_400, "Node"))
+        .await
+        .expect("a token");
+    let status = issued.status.expect("a status");
+    assert!(status.token.starts_with("testkit-issued-"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let left = status.expiration_timestamp.0.as_second() - now;
+    assert!((86_390..=86_400).contains(&left), "{left}");
+    let req = last(&api);
+    assert_eq!(
+        (req.method.as_str(), req.path.as_str(), req.status),
+        (
+            "POST",
+            "/api/v1/namespaces/kube-system/serviceaccounts/plumb/token",
+            201
+        )
+    );
+    let tokens = api.issued_tokens();
+    assert_eq!(tokens.len(), 1);
+    assert_eq!(
+        (
+            tokens[0].namespace.as_str(),
+            tokens[0].service_account.as_str(),
+            tokens[0].bound.clone(),
+            tokens[0].expiration_seconds,
+        ),
+        (
+            "kube-system",
+            "plumb",
+            Some(("Node".to_string(), "node-1".to_string())),
+            86_400
+        )
+    );
+    // The issued token authenticates from now on; the first token is still the first.
+    let token_file = dir.path().join("issued");
+    std::fs::write(&token_file, &status.token).unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(
+        client(&api, dir.path(), KubeconfigUser::TokenFile(&token_file)).await,
+    );
+    pods.get("p1").await.expect("GET with the issued token");
+    assert_eq!(
+        last(&api).bearer_token.as_deref(),
+        Some(status.token.as_str())
+    );
+    assert_ne!(api.token().as_deref(), Some(status.token.as_str()));
+    // What the API server refuses: under ten minutes, a kind it cannot bind to.
+    for (seconds, kind, field) in [
+        (599, "Node", "spec.expirationSeconds"),
+        (3600, "Deployment", "spec.boundObjectRef.kind"),
+    ] {
+        let e = api_status(
+            accounts
+                .create_token_request("plumb", &PostParams::default(), &request(seconds, kind))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{e:?}");
+        assert!(e.message.contains(field), "{e:?}");
+    }
+    assert_eq!(api.issued_tokens().len(), 1);
+}

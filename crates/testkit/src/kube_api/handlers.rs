@@ -68,6 +68,8 @@ pub(crate) fn dispatch(shared: &Arc<Shared>, call: &Call<'_>) -> Reply {
     let route = Route::parse(call.path);
     let result = match (&route, call.method) {
         (Route::Collection { .. } | Route::Object { .. }, _) => resource(shared, route, call),
+        (Route::TokenRequest { ns, name }, "POST") => super::tokens::create(shared, ns, name, call),
+        (Route::TokenRequest { .. }, _) => Err(ApiError::method_not_allowed()),
         (Route::NotFound, _) => Err(ApiError::path_not_found()),
         (_, "GET") => Ok(discovery(shared, route)),
         _ => Err(ApiError::method_not_allowed()),
@@ -111,7 +113,10 @@ fn discovery(shared: &Shared, route: Route) -> Reply {
             Some(doc) => doc,
             None => return Reply::error(&ApiError::path_not_found()),
         },
-        Route::Collection { .. } | Route::Object { .. } | Route::NotFound => {
+        Route::Collection { .. }
+        | Route::Object { .. }
+        | Route::TokenRequest { .. }
+        | Route::NotFound => {
             return Reply::error(&ApiError::path_not_found());
         }
     };

@@ -33,6 +33,7 @@ mod server;
 mod status;
 mod store;
 mod tls;
+mod tokens;
 mod watch;
 mod writes;
 
@@ -53,6 +54,7 @@ pub use self::kubeconfig::KubeconfigUser;
 pub use self::resources::Resource;
 use self::server::{Shared, lock};
 use self::store::Store;
+pub use self::tokens::IssuedToken;
 
 /// How the stand-in is started.
 #[derive(Clone, Debug)]
@@ -133,6 +135,7 @@ impl KubeApi {
             store: Mutex::new(Store::default()),
             changes: tokio::sync::watch::Sender::new(0),
             tokens: Mutex::new(opts.tokens),
+            issued: Mutex::new(Vec::new()),
             faults: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
             logged: Condvar::new(),
@@ -225,6 +228,11 @@ impl KubeApi {
         let mut tokens = lock(&self.shared.tokens);
         tokens.retain(|t| t != token);
         tokens.insert(0, token.to_owned());
+    }
+
+    /// The tokens issued through TokenRequest so far, in order (each accepted from then on).
+    pub fn issued_tokens(&self) -> Vec<IssuedToken> {
+        lock(&self.shared.issued).clone()
     }
 
     /// Stops accepting a token: requests carrying it get 401 from now on.

@@ -268,6 +268,12 @@ pub(crate) enum Route {
         name: String,
         status: bool,
     },
+    /// `/api/v1/namespaces/{ns}/serviceaccounts/{name}/token`: a TokenRequest (POST only; the
+    /// stand-in serves no ServiceAccount objects, only their tokens).
+    TokenRequest {
+        ns: String,
+        name: String,
+    },
     NotFound,
 }
 
@@ -280,6 +286,18 @@ impl Route {
             ["api"] => Route::CoreVersions,
             ["apis"] => Route::Groups,
             ["api", "v1"] => Route::GroupVersion(String::new(), "v1".into()),
+            [
+                "api",
+                "v1",
+                "namespaces",
+                ns,
+                "serviceaccounts",
+                name,
+                "token",
+            ] if !ns.is_empty() && !name.is_empty() => Route::TokenRequest {
+                ns: (*ns).to_owned(),
+                name: (*name).to_owned(),
+            },
             ["api", "v1", rest @ ..] => Self::resource_path("", "v1", rest),
             ["apis", group] => Route::Group((*group).to_owned()),
             ["apis", group, version] => {

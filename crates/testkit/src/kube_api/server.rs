@@ -41,6 +41,8 @@ pub(crate) struct Shared {
     /// The store's resourceVersion after each write: watches wait on it.
     pub changes: watch::Sender<u64>,
     pub tokens: Mutex<Vec<String>>,
+    /// The tokens issued by TokenRequest, in order.
+    pub issued: Mutex<Vec<super::tokens::IssuedToken>>,
     pub faults: Mutex<Vec<Fault>>,
     pub log: Mutex<Vec<LoggedRequest>>,
     /// Signalled after each log entry, for `KubeApi::wait_for_request`.

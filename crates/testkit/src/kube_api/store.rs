@@ -226,7 +226,7 @@ pub(crate) fn now_rfc3339() -> String {
     rfc3339(secs)
 }
 
-fn rfc3339(secs: u64) -> String {
+pub(crate) fn rfc3339(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     // Howard Hinnant's civil_from_days.
