@@ -122,6 +122,9 @@ impl NodeFiles {
             // plumb's configuration was written at the second look with no kubeconfig.
             self.kubeconfig_ready |= k.written();
             tell(k.output(), step);
+            for note in k.take_notes() {
+                say(format_args!("{note}"));
+            }
         }
         if let Some(c) = &mut self.conf
             && self.kubeconfig_ready

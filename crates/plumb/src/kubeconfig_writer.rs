@@ -14,11 +14,13 @@
 //! and `KUBERNETES_SERVICE_PORT`, as Multus's.
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use cni::error::{CniError, ErrorCode};
 use serde_json::json;
 
 use crate::conf_writer::Step;
+use crate::node_token::{Event, NodeToken};
 
 /// Where a pod finds its service account's token and CA certificate.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -39,6 +41,12 @@ pub struct KubeconfigWriter {
     waiting: Option<String>,
     /// Whether the kubeconfig and its credentials have been found written once.
     written: bool,
+    /// The token bound to the node, written in place of the pod's copy once issued.
+    node_token: NodeToken,
+    /// Why no node-bound token could be had, as last said.
+    refused: Option<String>,
+    /// What to say in the daemon's log besides the step (`take_notes`).
+    notes: Vec<String>,
 }
 
 impl KubeconfigWriter {
@@ -95,6 +103,9 @@ impl KubeconfigWriter {
             server: format!("https://{host}:{port}"),
             waiting: None,
             written: false,
+            node_token: NodeToken::default(),
+            refused: None,
+            notes: Vec::new(),
         })
     }
 
@@ -117,15 +128,52 @@ impl KubeconfigWriter {
         self.written
     }
 
-    /// One look: copies the service account's token and CA certificate beside the kubeconfig
-    /// when they differ from the copies there, and writes the kubeconfig when it differs.
+    /// What there is to say besides the steps: why no token bound to the node could be had,
+    /// once per reason.
+    pub fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
+    }
+
+    /// One look: writes the token (the one bound to the node once issued, else a copy of the
+    /// service account's) and the CA certificate beside the kubeconfig when they differ from
+    /// what is there, and the kubeconfig when it differs; then asks for a token bound to the
+    /// node when one is due (node_token.rs).
     pub fn step(&mut self) -> Step {
-        let step = self.write();
-        self.written |= matches!(step, Step::Same | Step::Wrote(_));
+        let now = SystemTime::now();
+        let event = self.node_token.poll(now);
+        self.note(event);
+        let step = self.write(now);
+        let written = matches!(step, Step::Same | Step::Wrote(_));
+        self.written |= written;
+        // Asked through the kubeconfig just written, whose token works now.
+        if written
+            && let Ok(pod_token) =
+                cni::files::read_bounded(&self.service_account.join("token"), MAX_CREDENTIAL)
+        {
+            let pod_token = String::from_utf8_lossy(&pod_token);
+            let event = self.node_token.request_if_due(now, &pod_token, &self.path);
+            self.note(event);
+        }
         step.said_once(&mut self.waiting)
     }
 
-    fn write(&self) -> Step {
+    /// A refusal said once per reason, and again after a token was issued.
+    fn note(&mut self, event: Option<Event>) {
+        match event {
+            Some(Event::Refused(why)) if self.refused.as_ref() != Some(&why) => {
+                self.notes.push(format!(
+                    "{}: no token bound to the node: {why}; the token written is a copy of the \
+                     pod's, which the API server refuses once this pod is gone",
+                    self.path.display()
+                ));
+                self.refused = Some(why);
+            }
+            Some(Event::Issued) => self.refused = None,
+            _ => {}
+        }
+    }
+
+    fn write(&self, now: SystemTime) -> Step {
         let dir = self.path.parent().expect("checked in new");
         let read = |name: &str| -> Result<Vec<u8>, String> {
             let path = self.service_account.join(name);
@@ -137,10 +185,14 @@ impl KubeconfigWriter {
             Ok(bytes)
         };
         let [token, ca] = CREDENTIALS;
-        let credentials = match (read(token), read(ca)) {
+        let mut credentials = match (read(token), read(ca)) {
             (Ok(t), Ok(c)) => [(token, t), (ca, c)],
             (Err(why), _) | (_, Err(why)) => return Step::Waiting(why),
         };
+        let bound = self.node_token.current(now);
+        if let Some(issued) = bound {
+            credentials[0].1 = issued.token.clone().into_bytes();
+        }
         if let Err(e) = std::fs::create_dir_all(dir) {
             return Step::Waiting(format!("cannot make {}: {e}", dir.display()));
         }
@@ -177,15 +229,23 @@ impl KubeconfigWriter {
             changed.push(name.to_string_lossy().into_owned());
         }
         if changed.is_empty() {
-            Step::Same
-        } else {
-            Step::Wrote(format!(
-                "{} from the service account in {}, for {}",
-                changed.join(", "),
-                self.service_account.display(),
-                self.server
-            ))
+            return Step::Same;
         }
+        let from = match bound {
+            Some(i) => format!(
+                "{} with a token bound to node {} (serviceaccount {}, for {} min)",
+                changed.join(", "),
+                i.node,
+                i.service_account,
+                i.expires.duration_since(now).unwrap_or_default().as_secs() / 60
+            ),
+            None => format!(
+                "{} from the service account in {}",
+                changed.join(", "),
+                self.service_account.display()
+            ),
+        };
+        Step::Wrote(format!("{from}, for {}", self.server))
     }
 }
 

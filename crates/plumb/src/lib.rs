@@ -44,6 +44,7 @@ pub mod log;
 pub mod multus_cache;
 pub mod networks;
 pub mod node_call;
+pub mod node_token;
 pub mod objects;
 pub mod plan;
 pub mod plugin;

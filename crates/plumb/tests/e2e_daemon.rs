@@ -1346,6 +1346,196 @@ fn a_daemon_keeps_a_kubeconfig_from_its_service_account_and_pods_attach_after_th
     c.assert_node_clean("after both pods");
 }
 
+/// A pod's service-account token as the kubelet mounts it since Kubernetes 1.30: a JWT whose
+/// claims name the service account `kube-system/plumb` and the node `node` (the stand-in does
+/// not read its signature, nor does plumb).
+fn pod_token(node: &str) -> String {
+    let claims = json!({
+        "sub": "system:serviceaccount:kube-system:plumb",
+        "kubernetes.io": {"namespace": "kube-system",
+            "node": {"name": node, "uid": "node-uid"},
+            "pod": {"name": "plumb-daemon-x", "uid": "pod-uid"},
+            "serviceaccount": {"name": "plumb", "uid": "sa-uid"}},
+    });
+    // Base64url without padding, as JWTs are written.
+    let payload = cni::base64::encode(claims.to_string().as_bytes())
+        .trim_end_matches('=')
+        .replace('+', "-")
+        .replace('/', "_");
+    format!("eyJhbGciOiJSUzI1NiJ9.{payload}.c2lnbmF0dXJl")
+}
+
+/// A daemon started with `--write-kubeconfig`, its service account's token `token` (accepted by
+/// the stand-in) and CA certificate in a directory of their own, as a pod mounts them; and the
+/// kubeconfig's path.
+fn keeping_a_kubeconfig(w: &Writing, token: &str) -> (Daemon, PathBuf) {
+    let (c, sa) = (&w.c, w.c.node.path("serviceaccount"));
+    fs::create_dir_all(&sa).unwrap();
+    c.api.accept_token(token);
+    fs::write(sa.join("token"), token).unwrap();
+    fs::write(sa.join("ca.crt"), c.api.ca_pem().unwrap()).unwrap();
+    let kubeconfig = w.net_d.join("plumb.d/plumb.kubeconfig");
+    template_file(c, Some(&kubeconfig));
+    let (host, port) = (
+        c.api.addr().ip().to_string(),
+        c.api.addr().port().to_string(),
+    );
+    let daemon = w.start_with(
+        &[
+            "--write-kubeconfig".as_ref(),
+            kubeconfig.as_os_str(),
+            "--service-account-dir".as_ref(),
+            sa.as_os_str(),
+        ],
+        &[
+            ("KUBERNETES_SERVICE_HOST", &host),
+            ("KUBERNETES_SERVICE_PORT", &port),
+        ],
+    );
+    (daemon, kubeconfig)
+}
+
+#[test]
+fn the_kubeconfigs_token_is_bound_to_the_node_and_outlives_the_daemons_pod() {
+    // The copied token was the daemon pod's, which the API server refuses once that pod is
+    // gone: an upgrade that deleted the old daemon's pod before the new one ran left every
+    // call the plugin ran itself meanwhile failing with 401. The daemon now writes a token of
+    // its service account bound to the node, which outlives the pod.
+    let w = Writing::new(174);
+    let c = &w.c;
+    let pod_token = pod_token("node-174");
+    let (daemon, kubeconfig) = keeping_a_kubeconfig(&w, &pod_token);
+    daemon.wait_for("with a token bound to node node-174");
+    let issued = c.api.issued_tokens();
+    assert_eq!(issued.len(), 1, "{issued:?}");
+    let issued = &issued[0];
+    assert_eq!(
+        (
+            issued.namespace.as_str(),
+            issued.service_account.as_str(),
+            issued.bound.clone(),
+            issued.expiration_seconds
+        ),
+        (
+            "kube-system",
+            "plumb",
+            Some(("Node".to_string(), "node-174".to_string())),
+            24 * 3600
+        )
+    );
+    let token_file = kubeconfig.parent().unwrap().join("token");
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), issued.token);
+    // Asked for with the pod's token, copied first, as deploy/rbac.yaml's Role grants: a
+    // create of serviceaccounts/token for its own service account, named.
+    let asked: Vec<_> = (c.api.requests().into_iter())
+        .filter(|r| r.path.contains("/serviceaccounts/"))
+        .collect();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(
+        (asked[0].method.as_str(), asked[0].path.as_str()),
+        (
+            "POST",
+            "/api/v1/namespaces/kube-system/serviceaccounts/plumb/token"
+        )
+    );
+    assert_eq!(asked[0].bearer_token.as_deref(), Some(pod_token.as_str()));
+    let rbac = plumb::objects::read_file(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac.yaml"),
+    )
+    .unwrap();
+    let of = |kind: &str| {
+        let o = rbac.iter().find(|o| o.kind() == kind).expect(kind);
+        assert_eq!(
+            (
+                &o.value["metadata"]["name"],
+                &o.value["metadata"]["namespace"]
+            ),
+            (&json!("plumb-node-token"), &json!("kube-system"))
+        );
+        o.value.clone()
+    };
+    assert_eq!(
+        of("Role")["rules"],
+        json!([{"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                "resourceNames": ["plumb"], "verbs": ["create"]}])
+    );
+    assert_eq!(
+        of("RoleBinding")["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "plumb", "namespace": "kube-system"}])
+    );
+
+    // The upgrade: the daemon stops, its pod is deleted, and the pod's token is refused.
+    let (status, said) = daemon.stop();
+    assert!(status.success(), "{said}");
+    c.api.revoke_token(&pod_token);
+    c.api.clear_requests();
+    // A pod started meanwhile: the plugin runs its calls itself, with the node's token.
+    let uid = c.pod("default", "meanwhile", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let args = pod_args(("default", "meanwhile", &uid), "c-meanwhile");
+    for op in ["add", "del"] {
+        let out = from_conf_dir(c, &w.net_d, op, &ns, &args, "{}");
+        assert!(
+            out.status.success(),
+            "{op}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!forwarded(&out));
+    }
+    let requests = c.api.requests();
+    assert!(!requests.is_empty());
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.bearer_token.as_deref() == Some(issued.token.as_str()) && r.status < 400),
+        "{:?}",
+        requests
+            .iter()
+            .map(|r| (&r.path, r.status))
+            .collect::<Vec<_>>()
+    );
+    c.assert_node_clean("after the pod");
+}
+
+#[test]
+fn without_a_token_bound_to_the_node_the_pods_token_is_copied_and_the_reason_said() {
+    // RBAC without serviceaccounts/token create (a manifest from before), or a cluster that
+    // cannot bind a token to a Node: the pod's token is copied as before, and the daemon says
+    // why once, naming what it costs.
+    let w = Writing::new(173);
+    let c = &w.c;
+    c.api.add_fault(
+        Fault::new(FaultKind::Status(403, "Forbidden".into()))
+            .method("POST")
+            .path("/api/v1/namespaces/kube-system/serviceaccounts/plumb/token"),
+    );
+    let pod_token = pod_token("node-173");
+    let (daemon, kubeconfig) = keeping_a_kubeconfig(&w, &pod_token);
+    let said = daemon.wait_for("no token bound to the node");
+    assert!(
+        said.contains(&format!(
+            "{}: no token bound to the node: Kubernetes API",
+            kubeconfig.display()
+        )) && said.contains("403")
+            && said.contains(
+                "the token written is a copy of the pod's, which the API server \
+                 refuses once this pod is gone"
+            ),
+        "{said}"
+    );
+    let token_file = kubeconfig.parent().unwrap().join("token");
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), pod_token);
+    assert!(c.api.issued_tokens().is_empty());
+    // Said once, though the daemon asks again every minute.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        daemon.said().matches("no token bound to the node").count(),
+        1,
+        "{}",
+        daemon.said()
+    );
+}
+
 #[test]
 fn a_daemon_whose_socket_was_removed_goes_on_keeping_plumbs_configuration() {
     // A socket removed by hand (or replaced by a file) leaves no other daemon to keep the
