@@ -650,14 +650,13 @@ impl KubeCluster {
 
     /// A token of the service account `namespace`/`name`, bound to the Node `node` (its UID
     /// when known) and asked to last `seconds` (TokenRequest, authentication.k8s.io/v1), with
-    /// when it expires as the API server says (it may shorten the lifetime); or why not, and
-    /// whether the API server refused this client's own credential (401).
+    /// when it expires as the API server says (it may shorten the lifetime); or why not.
     pub fn node_bound_token(
         &self,
         (namespace, name): (&str, &str),
         (node, node_uid): (&str, Option<&str>),
         seconds: i64,
-    ) -> Result<(String, std::time::SystemTime), (CniError, bool)> {
+    ) -> Result<(String, std::time::SystemTime), CniError> {
         use k8s_openapi::api::authentication::v1::{
             BoundObjectReference, TokenRequest, TokenRequestSpec,
         };
@@ -684,15 +683,10 @@ impl KubeCluster {
                 .create_token_request(name, &PostParams::default(), request)
                 .await
         });
-        let unauthorized = |f: &Failure| f.is_status(401) || matches!(f, Failure::Unauthorized(..));
-        let answer = answer.map_err(|f| (cni_error(&self.server, &what, &f), unauthorized(&f)))?;
-        let status = answer
-            .status
-            .filter(|s| !s.token.is_empty())
-            .ok_or_else(|| {
-                let e = CniError::new(ErrorCode::Io, format!("{what}: the answer holds no token"));
-                (e, false)
-            })?;
+        let answer = answer.map_err(|f| cni_error(&self.server, &what, &f))?;
+        let status = (answer.status.filter(|s| !s.token.is_empty())).ok_or_else(|| {
+            CniError::new(ErrorCode::Io, format!("{what}: the answer holds no token"))
+        })?;
         let expires = std::time::UNIX_EPOCH
             + Duration::from_secs(status.expiration_timestamp.0.as_second().max(0) as u64);
         Ok((status.token, expires))

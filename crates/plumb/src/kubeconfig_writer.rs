@@ -1,7 +1,9 @@
 //! A kubeconfig for plumb on the node from the daemon's own service account, kept current:
 //! `plumb daemon --write-kubeconfig PATH` writes PATH, with the service account's token and CA
 //! certificate beside it (`token`, `ca.crt`), and copies them again whenever the kubelet
-//! rotates them (looked at every second).
+//! rotates them (looked at every second); once a token bound to the node can be had
+//! (node_token.rs), it is written in the copy's place, since the pod's own token dies with the
+//! pod.
 //!
 //! Multus's thin installer wrote its kubeconfig once, with the token inside it, so bound tokens
 //! expired under it and pods failed with `Unauthorized` an hour or a year later (its most
@@ -14,13 +16,13 @@
 //! and `KUBERNETES_SERVICE_PORT`, as Multus's.
 
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use cni::error::{CniError, ErrorCode};
 use serde_json::json;
 
 use crate::conf_writer::Step;
-use crate::node_token::{Event, NodeToken};
+use crate::node_token::{Event, Identity, NodeToken};
 
 /// Where a pod finds its service account's token and CA certificate.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -47,6 +49,19 @@ pub struct KubeconfigWriter {
     refused: Option<String>,
     /// What to say in the daemon's log besides the step (`take_notes`).
     notes: Vec<String>,
+    /// Whether a token written by a daemon before this one has been looked at (`adopt`).
+    looked_at_old: bool,
+    /// The kubeconfig the daemon asks for node-bound tokens through, with its pod's own token,
+    /// once written (in the daemon's temporary directory, removed when the writer goes).
+    own_kubeconfig: Option<PathBuf>,
+}
+
+impl Drop for KubeconfigWriter {
+    fn drop(&mut self) {
+        if let Some(own) = &self.own_kubeconfig {
+            let _ = std::fs::remove_file(own);
+        }
+    }
 }
 
 impl KubeconfigWriter {
@@ -106,6 +121,8 @@ impl KubeconfigWriter {
             node_token: NodeToken::default(),
             refused: None,
             notes: Vec::new(),
+            looked_at_old: false,
+            own_kubeconfig: None,
         })
     }
 
@@ -139,33 +156,92 @@ impl KubeconfigWriter {
     /// what is there, and the kubeconfig when it differs; then asks for a token bound to the
     /// node when one is due (node_token.rs).
     pub fn step(&mut self) -> Step {
-        let now = SystemTime::now();
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let pod = self.pod_identity();
+        // A daemon before this one may have left a node-bound token: kept, not overwritten
+        // by this pod's copy, which could not outlive this pod if no new one can be had.
+        if !self.looked_at_old {
+            self.looked_at_old = true;
+            let written = self.path.parent().map(|d| d.join("token"));
+            if let (Ok(pod), Some(Ok(old))) = (&pod, written.map(std::fs::read_to_string)) {
+                self.node_token.adopt(&old, pod, (now, wall));
+            }
+        }
         let event = self.node_token.poll(now);
-        self.note(event);
+        self.note(event, now);
         let step = self.write(now);
         let written = matches!(step, Step::Same | Step::Wrote(_));
         self.written |= written;
-        // Asked through the kubeconfig just written, whose token works now.
-        if written
-            && let Ok(pod_token) =
-                cni::files::read_bounded(&self.service_account.join("token"), MAX_CREDENTIAL)
-        {
-            let pod_token = String::from_utf8_lossy(&pod_token);
-            let event = self.node_token.request_if_due(now, &pod_token, &self.path);
-            self.note(event);
+        if written {
+            let event = match self.own_kubeconfig() {
+                Ok(own) => {
+                    let pod = pod.as_ref().map_err(String::as_str);
+                    self.node_token.request_if_due(now, pod, &own)
+                }
+                Err(why) => Some(Event::Refused(why)),
+            };
+            self.note(event, now);
         }
         step.said_once(&mut self.waiting)
     }
 
+    /// Whom the pod's own token names, or why it names nobody.
+    fn pod_identity(&self) -> Result<Identity, String> {
+        let path = self.service_account.join("token");
+        let token = cni::files::read_bounded(&path, MAX_CREDENTIAL)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::node_token::identity(&String::from_utf8_lossy(&token))
+            .map_err(|why| format!("{}: {why}", path.display()))
+    }
+
+    /// The kubeconfig to ask for tokens through: the pod's own token and CA certificate,
+    /// named where the daemon reads them, never the token written on the node (which must not
+    /// be able to renew itself).
+    fn own_kubeconfig(&mut self) -> Result<PathBuf, String> {
+        if let Some(own) = &self.own_kubeconfig {
+            return Ok(own.clone());
+        }
+        let own = std::env::temp_dir().join(format!(
+            "plumb-daemon-{}-service-account.kubeconfig",
+            std::process::id()
+        ));
+        let kubeconfig = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "plumb", "cluster": {
+                "server": self.server,
+                "certificate-authority": self.service_account.join("ca.crt"),
+            }}],
+            "users": [{"name": "plumb", "user": {
+                "tokenFile": self.service_account.join("token"),
+            }}],
+            "contexts": [{"name": "plumb", "context": {"cluster": "plumb", "user": "plumb"}}],
+            "current-context": "plumb",
+        });
+        cni::cache::write_atomic(&own, kubeconfig.to_string().as_bytes()).map_err(|e| e.msg)?;
+        self.own_kubeconfig = Some(own.clone());
+        Ok(own)
+    }
+
     /// A refusal said once per reason, and again after a token was issued.
-    fn note(&mut self, event: Option<Event>) {
+    fn note(&mut self, event: Option<Event>, now: Instant) {
         match event {
             Some(Event::Refused(why)) if self.refused.as_ref() != Some(&why) => {
-                self.notes.push(format!(
-                    "{}: no token bound to the node: {why}; the token written is a copy of the \
-                     pod's, which the API server refuses once this pod is gone",
-                    self.path.display()
-                ));
+                let note = match self.node_token.current(now) {
+                    Some(in_use) => format!(
+                        "{}: no new token bound to the node: {why}; the one written stays in use \
+                         for {} min more, then a copy of the pod's",
+                        self.path.display(),
+                        in_use.usable_until.duration_since(now).as_secs() / 60
+                    ),
+                    None => format!(
+                        "{}: no token bound to the node: {why}; the token written is a copy of \
+                         the pod's, which the API server refuses once this pod is gone \
+                         (docs/daemon.md; deploy/node-token.yaml grants the request)",
+                        self.path.display()
+                    ),
+                };
+                self.notes.push(note);
                 self.refused = Some(why);
             }
             Some(Event::Issued) => self.refused = None,
@@ -173,7 +249,7 @@ impl KubeconfigWriter {
         }
     }
 
-    fn write(&self, now: SystemTime) -> Step {
+    fn write(&self, now: Instant) -> Step {
         let dir = self.path.parent().expect("checked in new");
         let read = |name: &str| -> Result<Vec<u8>, String> {
             let path = self.service_account.join(name);
@@ -233,11 +309,11 @@ impl KubeconfigWriter {
         }
         let from = match bound {
             Some(i) => format!(
-                "{} with a token bound to node {} (serviceaccount {}, for {} min)",
+                "{} with a token bound to node {} (serviceaccount {}, used for {} min)",
                 changed.join(", "),
                 i.node,
                 i.service_account,
-                i.expires.duration_since(now).unwrap_or_default().as_secs() / 60
+                i.usable_until.duration_since(now).as_secs() / 60
             ),
             None => format!(
                 "{} from the service account in {}",
@@ -332,5 +408,31 @@ mod tests {
     fn outside_a_pod_the_daemon_says_what_is_missing() {
         let e = KubeconfigWriter::new("/k".into(), "/sa".into(), |_| None).unwrap_err();
         assert!(e.msg.contains("KUBERNETES_SERVICE_HOST is not set"), "{e}");
+    }
+
+    #[test]
+    fn why_no_node_bound_token_is_said_once_per_reason_and_again_after_one_was_issued() {
+        let mut w =
+            KubeconfigWriter::new("/d/plumb.kubeconfig".into(), "/sa".into(), env("10.96.0.1"))
+                .unwrap();
+        let now = Instant::now();
+        let refused = |why: &str| Some(Event::Refused(why.into()));
+        w.note(refused("403 Forbidden"), now);
+        w.note(refused("403 Forbidden"), now);
+        assert_eq!(w.take_notes().len(), 1);
+        w.note(refused("503"), now);
+        w.note(None, now);
+        let notes = w.take_notes();
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with(
+                "/d/plumb.kubeconfig: no token bound to the node: 503; the \
+                 token written is a copy of the pod's"
+            ),
+            "{notes:?}"
+        );
+        w.note(Some(Event::Issued), now);
+        w.note(refused("503"), now);
+        assert_eq!(w.take_notes().len(), 1);
     }
 }

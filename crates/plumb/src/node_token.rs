@@ -6,23 +6,26 @@
 //! minute, so an upgrade that deleted the old daemon's pod before the new one ran (a
 //! DaemonSet's default `maxUnavailable: 1`, a new image slow to pull) left every ADD and DEL
 //! the plugin ran itself meanwhile failing with 401. A token bound to the Node (TokenRequest,
-//! authentication.k8s.io/v1, `boundObjectRef` of kind `Node`: Kubernetes 1.33, or 1.31 with its
-//! feature gate) is valid while that Node object exists, until it expires: the daemon asks for
-//! one that lasts [`LIFETIME`], writes it where the copy went, and asks again at four fifths of
-//! its life.
+//! authentication.k8s.io/v1, `boundObjectRef` of kind `Node`: on by default since Kubernetes
+//! 1.31, GA in 1.33) is valid while that Node object exists, until it expires: the daemon asks
+//! for one that lasts [`LIFETIME`], writes it where the copy went, and asks again each sixth of
+//! its life, so that at least five sixths are left when the daemon goes away.
 //!
+//! It asks with its pod's own token, never with the one written: a node-bound token taken from
+//! the node cannot renew itself (deploy/node-token.yaml's admission policy refuses any other).
 //! Whom to ask for comes from the pod's token: its claims name the service account, its
-//! namespace and, since Kubernetes 1.30, the node (`kubernetes.io.node`). They are read
-//! without checking the signature: the API server checks the token when it is used, and the
-//! daemon needs no more than the names.
+//! namespace and, since Kubernetes 1.30, the node (`kubernetes.io.node`). They are read without
+//! checking the signature: the API server checks the token when it is used, and the daemon
+//! needs no more than the names.
 //!
-//! Where no such token can be had (an older cluster, the RBAC without `serviceaccounts/token`
-//! `create`), the pod's token is copied as before, and the reason said once; a token the API
-//! server stops taking (401) is dropped for the copy at once.
+//! Where no such token can be had (an older cluster, no grant to ask), the pod's token is copied
+//! as before, and the reason said once; a token in use stays until its last minutes. Times are
+//! kept on the monotonic clock: the node's wall clock may jump, and may differ from the API
+//! server's.
 
 use std::path::Path;
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
@@ -30,48 +33,51 @@ use crate::cluster::KubeCluster;
 
 /// How long a token is asked to last: a day covers a daemon that is away for hours (an
 /// upgrade, a crash loop). The API server may give less (its
-/// `--service-account-max-token-expiration`), and the daemon renews at four fifths of what it
-/// got.
+/// `--service-account-max-token-expiration`); the renewals follow what it gave.
 pub const LIFETIME: Duration = Duration::from_secs(24 * 3600);
 
-/// A token is not used in its last minute: a call that reads it then must not meet its expiry.
-const EXPIRY_MARGIN: Duration = Duration::from_secs(60);
+/// A token is not used in its last minutes: a call that reads it then must not meet its
+/// expiry, whose time the node's clock may have a little wrong.
+const EXPIRY_MARGIN: Duration = Duration::from_secs(300);
 
-/// How long after a refusal the daemon asks again.
+/// How long after a refusal the daemon asks again, and the least time between two requests.
 const RETRY: Duration = Duration::from_secs(60);
 
-/// Whom a service-account token names: the claims the API server puts in a pod's token.
+/// Whom a service-account token names: the claims the API server puts in its tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     pub namespace: String,
     pub service_account: String,
     /// The node, and its UID when the claim has it.
     pub node: Option<(String, Option<String>)>,
+    /// Whether it is bound to a pod (a pod's own token) rather than to a node or nothing.
+    pub pod_bound: bool,
+    /// When it expires (`exp`, seconds since the epoch), if it says.
+    pub expires: Option<u64>,
 }
 
 /// The identity a service-account token (a JWT) names, from its claims; or what it lacks.
 pub fn identity(token: &str) -> Result<Identity, String> {
-    let payload = token
-        .trim()
-        .split('.')
-        .nth(1)
-        .ok_or("the service account's token is not a JWT")?;
-    let bytes = base64url(payload).ok_or("the service account's token is not a JWT")?;
-    let claims: Value = serde_json::from_slice(&bytes)
-        .map_err(|_| "the service account's token's claims are not JSON")?;
+    const NOT_JWT: &str = "not a JWT (a bound service-account token)";
+    let payload = token.trim().split('.').nth(1).ok_or(NOT_JWT)?;
+    let bytes = base64url(payload).ok_or(NOT_JWT)?;
+    let claims: Value =
+        serde_json::from_slice(&bytes).map_err(|_| "its claims are not JSON".to_string())?;
     let k8s = &claims["kubernetes.io"];
     let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
     let (Some(namespace), Some(service_account)) = (
         text(&k8s["namespace"]),
         text(&k8s["serviceaccount"]["name"]),
     ) else {
-        return Err("the service account's token names no service account".into());
+        return Err("its claims name no service account (kubernetes.io.serviceaccount)".into());
     };
     let node = text(&k8s["node"]["name"]).map(|name| (name, text(&k8s["node"]["uid"])));
     Ok(Identity {
         namespace,
         service_account,
         node,
+        pod_bound: k8s["pod"].is_object(),
+        expires: claims["exp"].as_u64(),
     })
 }
 
@@ -101,9 +107,42 @@ pub struct Issued {
     /// For whom: `namespace/name`, and the node.
     pub service_account: String,
     pub node: String,
-    pub expires: SystemTime,
+    /// Until when it may be used, by the monotonic clock ([`EXPIRY_MARGIN`] before its end).
+    pub usable_until: Instant,
     /// When to ask for the next.
-    pub renew_at: SystemTime,
+    pub renew_at: Instant,
+}
+
+impl Issued {
+    /// A token handed out at `asked` (monotonic; the wall clock then `wall`) that expires at
+    /// `expires` by the API server's word, scheduled; or why it cannot be used: a lifetime
+    /// that the node's clock sees (nearly) over.
+    fn scheduled(
+        (token, expires): (String, SystemTime),
+        (service_account, node): (String, String),
+        asked: Instant,
+        wall: SystemTime,
+    ) -> Result<Issued, String> {
+        let life = expires
+            .duration_since(wall)
+            .unwrap_or_default()
+            .min(LIFETIME);
+        if life < 2 * EXPIRY_MARGIN {
+            return Err(format!(
+                "the token issued for {service_account} expires in {} s by this node's clock \
+                 (is the node's clock right?)",
+                life.as_secs()
+            ));
+        }
+        Ok(Issued {
+            token,
+            service_account,
+            node,
+            usable_until: asked + life - EXPIRY_MARGIN,
+            // Each sixth of its life, never sooner than a retry.
+            renew_at: asked + (life / 6).max(RETRY),
+        })
+    }
 }
 
 /// What a look at the request in flight found, to be said in the daemon's log.
@@ -111,32 +150,56 @@ pub struct Issued {
 pub enum Event {
     /// A token was issued.
     Issued,
-    /// None could be had, for this reason; the pod's token is copied meanwhile.
+    /// None could be had, for this reason.
     Refused(String),
 }
 
-/// The daemon's node-bound token: the one issued, the request in flight, when to ask again.
+/// The daemon's node-bound token: the one in use, the request in flight, when to ask again.
 #[derive(Debug, Default)]
 pub struct NodeToken {
     issued: Option<Issued>,
-    pending: Option<mpsc::Receiver<Result<Issued, (String, bool)>>>,
-    next_try: Option<SystemTime>,
+    pending: Option<mpsc::Receiver<Result<Issued, String>>>,
+    next_try: Option<Instant>,
 }
 
 impl NodeToken {
     /// The token to write at `now`: the one issued, unless it is (nearly) expired.
-    pub fn current(&self, now: SystemTime) -> Option<&Issued> {
-        self.issued
-            .as_ref()
-            .filter(|i| now + EXPIRY_MARGIN < i.expires)
+    pub fn current(&self, now: Instant) -> Option<&Issued> {
+        self.issued.as_ref().filter(|i| now < i.usable_until)
+    }
+
+    /// Takes `token`, the one a daemon before this one wrote, as the one in use: a node-bound
+    /// token of the service account and node that `pod` (this pod's token) names, with at
+    /// least [`EXPIRY_MARGIN`] twice over left by the node's clock. So a daemon that starts
+    /// does not put its pod's copy over a token that outlives pods, and lose it for good when
+    /// it cannot get a new one. It is renewed at once.
+    pub fn adopt(&mut self, token: &str, pod: &Identity, now: (Instant, SystemTime)) {
+        let Ok(found) = identity(token) else { return };
+        let same = !found.pod_bound
+            && found.namespace == pod.namespace
+            && found.service_account == pod.service_account
+            && found.node.as_ref().map(|n| &n.0) == pod.node.as_ref().map(|n| &n.0)
+            && found.node.is_some();
+        let Some(exp) = found.expires.filter(|_| same) else {
+            return;
+        };
+        let expires = SystemTime::UNIX_EPOCH + Duration::from_secs(exp);
+        let who = (
+            format!("{}/{}", found.namespace, found.service_account),
+            found.node.map(|n| n.0).unwrap_or_default(),
+        );
+        if let Ok(mut issued) = Issued::scheduled((token.to_string(), expires), who, now.0, now.1) {
+            issued.renew_at = now.0;
+            self.issued = Some(issued);
+        }
     }
 
     /// Takes in the answer of the request in flight, if it has come.
-    pub fn poll(&mut self, now: SystemTime) -> Option<Event> {
+    pub fn poll(&mut self, now: Instant) -> Option<Event> {
         let answer = match self.pending.as_ref()?.try_recv() {
             Ok(answer) => answer,
             Err(mpsc::TryRecvError::Empty) => return None,
-            Err(mpsc::TryRecvError::Disconnected) => Err(("the request ended".into(), false)),
+            Err(mpsc::TryRecvError::Disconnected) => Err("the request ended".into()),
         };
         self.pending = None;
         match answer {
@@ -144,47 +207,45 @@ impl NodeToken {
                 self.issued = Some(issued);
                 Some(Event::Issued)
             }
-            Err((why, unauthorized)) => {
-                // Refused with the token written (the node-bound one revoked, or the Node
-                // deleted): the pod's token goes back in its place at once.
-                if unauthorized {
-                    self.issued = None;
-                }
+            // The token in use stays until it expires: a refusal of the pod's own token (401,
+            // the pod being deleted) says nothing of it, and the copy would fare no better.
+            Err(why) => {
                 self.next_try = Some(now + RETRY);
                 Some(Event::Refused(why))
             }
         }
     }
 
-    /// Asks for a token in the background, through the kubeconfig at `kubeconfig` (the one
-    /// written, holding the token that works now), for whom the pod's `pod_token` names,
-    /// when one is due and none is being asked for. Says why not when it cannot ask at all.
+    /// Asks for a token in the background, through `kubeconfig` (one holding the pod's own
+    /// token), for whom `pod` (that token's identity) names, when one is due and none is
+    /// being asked for. Says why not when it cannot ask at all.
     pub fn request_if_due(
         &mut self,
-        now: SystemTime,
-        pod_token: &str,
+        now: Instant,
+        pod: Result<&Identity, &str>,
         kubeconfig: &Path,
     ) -> Option<Event> {
         let due = self.issued.as_ref().is_none_or(|i| now >= i.renew_at);
         if !due || self.pending.is_some() || self.next_try.is_some_and(|t| now < t) {
             return None;
         }
-        let who = match identity(pod_token) {
+        // Never two requests within a retry's time, whatever comes back.
+        self.next_try = Some(now + RETRY);
+        let who = match pod {
             Ok(Identity {
                 node: Some(node),
                 namespace,
                 service_account,
-            }) => ((namespace, service_account), node),
+                ..
+            }) => ((namespace.clone(), service_account.clone()), node.clone()),
             Ok(_) => {
-                self.next_try = Some(now + RETRY);
                 return Some(Event::Refused(
-                    "the service account's token names no node (Kubernetes before 1.30)".into(),
+                    "the pod's token names no node (claim kubernetes.io.node: Kubernetes before \
+                     1.30, or its ServiceAccountTokenPodNodeInfo feature gate off)"
+                        .into(),
                 ));
             }
-            Err(why) => {
-                self.next_try = Some(now + RETRY);
-                return Some(Event::Refused(why));
-            }
+            Err(why) => return Some(Event::Refused(why.to_string())),
         };
         let (tx, rx) = mpsc::channel();
         let kubeconfig = kubeconfig.to_path_buf();
@@ -195,10 +256,7 @@ impl NodeToken {
             });
         match spawned {
             Ok(_) => self.pending = Some(rx),
-            Err(e) => {
-                self.next_try = Some(now + RETRY);
-                return Some(Event::Refused(format!("cannot start a thread: {e}")));
-            }
+            Err(e) => return Some(Event::Refused(format!("cannot start a thread: {e}"))),
         }
         None
     }
@@ -208,21 +266,15 @@ impl NodeToken {
 fn ask(
     kubeconfig: &Path,
     ((namespace, name), (node, node_uid)): &((String, String), (String, Option<String>)),
-) -> Result<Issued, (String, bool)> {
-    let cluster = KubeCluster::from_kubeconfig(kubeconfig).map_err(|e| (e.msg, false))?;
+) -> Result<Issued, String> {
+    let asked = (Instant::now(), SystemTime::now());
+    let cluster = KubeCluster::from_kubeconfig(kubeconfig).map_err(|e| e.msg)?;
     let seconds = LIFETIME.as_secs() as i64;
-    let (token, expires) = cluster
+    let answer = cluster
         .node_bound_token((namespace, name), (node, node_uid.as_deref()), seconds)
-        .map_err(|(e, unauthorized)| (e.msg, unauthorized))?;
-    let asked = SystemTime::now();
-    let life = expires.duration_since(asked).unwrap_or_default();
-    Ok(Issued {
-        token,
-        service_account: format!("{namespace}/{name}"),
-        node: node.clone(),
-        expires,
-        renew_at: asked + life * 4 / 5,
-    })
+        .map_err(|e| e.msg)?;
+    let who = (format!("{namespace}/{name}"), node.clone());
+    Issued::scheduled(answer, who, asked.0, asked.1)
 }
 
 #[cfg(test)]
@@ -238,27 +290,48 @@ mod tests {
         format!("eyJhbGciOiJSUzI1NiJ9.{payload}.c2ln")
     }
 
+    /// The claims of a token of `kube-system/plumb` on node `node`: a pod's, or one bound to
+    /// the node only, expiring at `exp`.
+    fn claims(node: Option<&str>, pod: bool, exp: u64) -> serde_json::Value {
+        let mut k8s = serde_json::json!({"namespace": "kube-system",
+            "serviceaccount": {"name": "plumb", "uid": "s1"}});
+        if let Some(node) = node {
+            k8s["node"] = serde_json::json!({"name": node, "uid": "6a1c"});
+        }
+        if pod {
+            k8s["pod"] = serde_json::json!({"name": "plumb-x", "uid": "p1"});
+        }
+        serde_json::json!({"aud": ["https://kubernetes.default.svc"], "exp": exp,
+            "sub": "system:serviceaccount:kube-system:plumb", "kubernetes.io": k8s})
+    }
+
+    fn epoch(t: SystemTime) -> u64 {
+        t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()
+    }
+
     #[test]
-    fn a_pod_tokens_claims_name_the_service_account_and_the_node() {
-        let claims = serde_json::json!({
-            "aud": ["https://kubernetes.default.svc"], "sub": "system:serviceaccount:kube-system:plumb",
-            "kubernetes.io": {"namespace": "kube-system",
-                "node": {"name": "node-1", "uid": "6a1c"},
-                "pod": {"name": "plumb-x", "uid": "p1"},
-                "serviceaccount": {"name": "plumb", "uid": "s1"}}});
+    fn a_tokens_claims_name_the_service_account_the_node_and_the_pod() {
         assert_eq!(
-            identity(&format!("{}\n", jwt(&claims))),
+            identity(&format!(
+                "{}\n",
+                jwt(&claims(Some("node-1"), true, 1_700_000_000))
+            )),
             Ok(Identity {
                 namespace: "kube-system".into(),
                 service_account: "plumb".into(),
                 node: Some(("node-1".into(), Some("6a1c".into()))),
+                pod_bound: true,
+                expires: Some(1_700_000_000),
             })
         );
-        // Before Kubernetes 1.30: no node claim.
-        let mut old = claims.clone();
-        old["kubernetes.io"].as_object_mut().unwrap().remove("node");
-        assert_eq!(identity(&jwt(&old)).unwrap().node, None);
-        // Not a pod's token, not a JWT, not JSON.
+        // Before Kubernetes 1.30: no node claim. A node-bound token: no pod claim.
+        assert_eq!(identity(&jwt(&claims(None, true, 1))).unwrap().node, None);
+        assert!(
+            !identity(&jwt(&claims(Some("n"), false, 1)))
+                .unwrap()
+                .pod_bound
+        );
+        // Not a service account's, not a JWT, not JSON.
         let legacy = serde_json::json!({"iss": "kubernetes/serviceaccount",
             "kubernetes.io/serviceaccount/namespace": "kube-system"});
         assert!(
@@ -288,65 +361,111 @@ mod tests {
     }
 
     #[test]
-    fn a_token_is_used_until_its_last_minute_and_renewed_at_four_fifths() {
-        let now = SystemTime::now();
-        let issued = Issued {
-            token: "t".into(),
-            service_account: "kube-system/plumb".into(),
-            node: "node-1".into(),
-            expires: now + Duration::from_secs(1000),
-            renew_at: now + Duration::from_secs(800),
-        };
+    fn a_token_is_renewed_each_sixth_of_its_life_and_not_used_in_its_last_minutes() {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let who = || ("kube-system/plumb".to_string(), "node-1".to_string());
+        let day = Issued::scheduled(("t".into(), wall + LIFETIME), who(), now, wall).unwrap();
+        assert_eq!(day.renew_at, now + LIFETIME / 6);
+        assert_eq!(day.usable_until, now + LIFETIME - EXPIRY_MARGIN);
+        // The API server gave an hour: renewed every ten minutes.
+        let hour = Duration::from_secs(3600);
+        let short = Issued::scheduled(("t".into(), wall + hour), who(), now, wall).unwrap();
+        assert_eq!(short.renew_at, now + hour / 6);
+        // A lifetime longer than asked is taken as asked; one (nearly) over by this node's
+        // clock is refused, naming the clock.
+        let long = Issued::scheduled(("t".into(), wall + 2 * LIFETIME), who(), now, wall).unwrap();
+        assert_eq!(long.usable_until, day.usable_until);
+        let skewed = Issued::scheduled(("t".into(), wall + EXPIRY_MARGIN), who(), now, wall);
+        assert!(skewed.unwrap_err().contains("node's clock"));
+
         let t = NodeToken {
-            issued: Some(issued.clone()),
+            issued: Some(day.clone()),
             ..NodeToken::default()
         };
-        assert_eq!(t.current(now), Some(&issued));
-        assert_eq!(t.current(now + Duration::from_secs(939)), Some(&issued));
-        assert_eq!(t.current(now + Duration::from_secs(940)), None);
-        // Not due before four fifths: nothing asked, nothing said (the kubeconfig named does
-        // not exist, so a request would fail).
-        let mut t = t;
-        let nowhere = Path::new("/nonexistent/plumb.kubeconfig");
-        assert_eq!(t.request_if_due(now, "not-a-jwt", nowhere), None);
-        assert!(t.pending.is_none());
-        // Due, with a token that names no node: said, and not again for a minute.
-        let later = now + Duration::from_secs(800);
-        assert!(matches!(
-            t.request_if_due(later, "not-a-jwt", nowhere),
-            Some(Event::Refused(why)) if why.contains("not a JWT")
-        ));
-        assert_eq!(t.request_if_due(later, "not-a-jwt", nowhere), None);
+        assert_eq!(t.current(now), Some(&day));
+        assert_eq!(t.current(day.usable_until), None);
     }
 
     #[test]
-    fn a_refusal_is_said_and_a_401_drops_the_token_for_the_copy() {
-        let now = SystemTime::now();
-        let issued = Issued {
-            token: "t".into(),
-            service_account: "kube-system/plumb".into(),
-            node: "node-1".into(),
-            expires: now + Duration::from_secs(1000),
-            renew_at: now,
+    fn nothing_is_asked_before_it_is_due_and_a_token_naming_no_node_is_said() {
+        let now = Instant::now();
+        let nowhere = Path::new("/nonexistent/plumb.kubeconfig");
+        let pod = identity(&jwt(&claims(None, true, 1))).unwrap();
+        let mut t = NodeToken::default();
+        assert!(matches!(
+            t.request_if_due(now, Ok(&pod), nowhere),
+            Some(Event::Refused(why)) if why.contains("names no node (claim kubernetes.io.node")
+        ));
+        // Not again within a minute; an unreadable token said as it is.
+        assert_eq!(t.request_if_due(now, Ok(&pod), nowhere), None);
+        let later = now + RETRY;
+        assert_eq!(
+            t.request_if_due(later, Err("token: not a JWT"), nowhere),
+            Some(Event::Refused("token: not a JWT".into()))
+        );
+        // A token in use that is not due: nothing asked.
+        let wall = SystemTime::now();
+        let who = ("kube-system/plumb".to_string(), "node-1".to_string());
+        let issued = Issued::scheduled(("t".into(), wall + LIFETIME), who, now, wall).unwrap();
+        let mut t = NodeToken {
+            issued: Some(issued),
+            ..NodeToken::default()
         };
-        for (unauthorized, kept) in [(false, true), (true, false)] {
-            let (tx, rx) = mpsc::channel();
-            let mut t = NodeToken {
-                issued: Some(issued.clone()),
-                pending: Some(rx),
-                next_try: None,
-            };
-            assert_eq!(t.poll(now), None, "nothing came yet");
-            tx.send(Err(("403 Forbidden".into(), unauthorized)))
-                .unwrap();
-            assert_eq!(t.poll(now), Some(Event::Refused("403 Forbidden".into())));
-            assert_eq!(
-                t.current(now).is_some(),
-                kept,
-                "unauthorized: {unauthorized}"
-            );
-            assert_eq!(t.next_try, Some(now + RETRY));
-            assert!(t.pending.is_none());
-        }
+        assert_eq!(t.request_if_due(now, Ok(&pod), nowhere), None);
+        assert!(t.pending.is_none() && t.next_try.is_none());
+    }
+
+    #[test]
+    fn a_refusal_is_said_and_the_token_in_use_kept_until_it_expires() {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let who = ("kube-system/plumb".to_string(), "node-1".to_string());
+        let issued = Issued::scheduled(("t".into(), wall + LIFETIME), who, now, wall).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let mut t = NodeToken {
+            issued: Some(issued.clone()),
+            pending: Some(rx),
+            next_try: None,
+        };
+        assert_eq!(t.poll(now), None, "nothing came yet");
+        tx.send(Err("401 Unauthorized".into())).unwrap();
+        assert_eq!(t.poll(now), Some(Event::Refused("401 Unauthorized".into())));
+        assert_eq!(t.current(now), Some(&issued));
+        assert_eq!(t.next_try, Some(now + RETRY));
+        assert!(t.pending.is_none());
+        // A thread gone without an answer is a refusal too, not a wait for ever.
+        let (tx, rx) = mpsc::channel::<Result<Issued, String>>();
+        t.pending = Some(rx);
+        drop(tx);
+        assert_eq!(
+            t.poll(now),
+            Some(Event::Refused("the request ended".into()))
+        );
+    }
+
+    #[test]
+    fn a_node_bound_token_a_daemon_before_wrote_is_kept_and_renewed_at_once() {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let pod = identity(&jwt(&claims(Some("node-1"), true, epoch(wall) + 3600))).unwrap();
+        let fresh = epoch(wall) + 20 * 3600;
+        let adopted = |token: &str| {
+            let mut t = NodeToken::default();
+            t.adopt(token, &pod, (now, wall));
+            t.issued
+        };
+        let ours = jwt(&claims(Some("node-1"), false, fresh));
+        let issued = adopted(&ours).expect("kept");
+        assert_eq!(
+            (issued.token.as_str(), issued.renew_at),
+            (ours.as_str(), now)
+        );
+        assert!(issued.usable_until > now + Duration::from_secs(19 * 3600));
+        // Not: a pod's token (the copy), another node's, one about to expire, not a JWT.
+        assert_eq!(adopted(&jwt(&claims(Some("node-1"), true, fresh))), None);
+        assert_eq!(adopted(&jwt(&claims(Some("node-2"), false, fresh))), None);
+        assert_eq!(
+            adopted(&jwt(&claims(Some("node-1"), false, epoch(wall) + 60))),
+            None
+        );
+        assert_eq!(adopted("opaque"), None);
     }
 }

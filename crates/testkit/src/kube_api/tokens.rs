@@ -1,6 +1,6 @@
 //! TokenRequest (`POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`,
 //! authentication.k8s.io/v1): a token for a service account, bound to an object (a Pod, a
-//! Secret, or, since Kubernetes 1.33 by default, a Node). The stand-in answers as the API server
+//! Secret, or a Node: on by default since Kubernetes 1.31). The stand-in answers as the API server
 //! does (201 with the request, its status holding the token and when it expires), accepts the
 //! token from then on, and keeps each issued token for the tests to read
 //! ([`super::KubeApi::issued_tokens`]). The service account itself is not checked: the stand-in
@@ -66,13 +66,11 @@ pub(crate) fn create(
         r => {
             let kind = r["kind"].as_str().unwrap_or("");
             let bound_name = r["name"].as_str().unwrap_or("");
+            // The API server's registry answers another kind with a 400 (`token.go`).
             if !matches!(kind, "Pod" | "Secret" | "Node") {
-                return Err(invalid(
-                    "spec.boundObjectRef.kind",
-                    &format!(
-                        "Unsupported value: {kind:?}: supported values: \"Pod\", \"Secret\", \"Node\""
-                    ),
-                ));
+                return Err(ApiError::bad_request(format!(
+                    "cannot bind token for serviceaccount {name:?} to object of type {kind}"
+                )));
             }
             if bound_name.is_empty() {
                 return Err(invalid("spec.boundObjectRef.name", "Required value"));
@@ -80,7 +78,11 @@ pub(crate) fn create(
             Some((kind.to_owned(), bound_name.to_owned()))
         }
     };
-    let token = format!("testkit-issued-{}", new_uid());
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let token = jwt(ns, name, bound.as_ref(), now, now + expiration_seconds);
     // Behind the tokens given at the start: `KubeApi::token` stays the first of those.
     lock(&shared.tokens).push(token.clone());
     lock(&shared.issued).push(IssuedToken {
@@ -90,10 +92,6 @@ pub(crate) fn create(
         expiration_seconds,
         token: token.clone(),
     });
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
     let mut spec = spec.clone();
     spec["expirationSeconds"] = json!(expiration_seconds);
     if spec["audiences"].as_array().is_none_or(Vec::is_empty) {
@@ -109,4 +107,61 @@ pub(crate) fn create(
             "status": {"token": token, "expirationTimestamp": rfc3339(now + expiration_seconds)},
         }),
     ))
+}
+
+/// A token shaped as the API server's: a JWT whose claims name the service account and the
+/// object it is bound to (`kubernetes.io.node` or `.pod`), issued at `iat`, expiring at `exp`.
+/// Its signature is not one: the stand-in knows its tokens by value.
+fn jwt(ns: &str, name: &str, bound: Option<&(String, String)>, iat: u64, exp: u64) -> String {
+    let mut k8s = json!({"namespace": ns, "serviceaccount": {"name": name, "uid": new_uid()}});
+    if let Some((kind, object)) = bound {
+        let key = kind.to_ascii_lowercase();
+        k8s[key] = json!({"name": object, "uid": new_uid()});
+    }
+    let claims = json!({
+        "aud": ["https://kubernetes.default.svc.cluster.local"],
+        "iat": iat, "nbf": iat, "exp": exp,
+        "iss": "https://kubernetes.default.svc.cluster.local",
+        "jti": new_uid(),
+        "sub": format!("system:serviceaccount:{ns}:{name}"),
+        "kubernetes.io": k8s,
+    });
+    let header = r#"{"alg":"RS256","kid":"testkit"}"#;
+    format!(
+        "{}.{}.{}",
+        base64url(header.as_bytes()),
+        base64url(claims.to_string().as_bytes()),
+        base64url(b"testkit-signature")
+    )
+}
+
+/// Base64url without padding (RFC 4648 §5), as a JWT's parts are written.
+fn base64url(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64url_is_rfc_4648_section_5_without_padding() {
+        assert_eq!(base64url(b""), "");
+        assert_eq!(base64url(b"f"), "Zg");
+        assert_eq!(base64url(b"fo"), "Zm8");
+        assert_eq!(base64url(b"foo"), "Zm9v");
+        assert_eq!(base64url(b"foob"), "Zm9vYg");
+        assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
+    }
 }
