@@ -163,8 +163,10 @@ impl KubeconfigWriter {
         if !self.looked_at_old {
             self.looked_at_old = true;
             let written = self.path.parent().map(|d| d.join("token"));
-            if let (Ok(pod), Some(Ok(old))) = (&pod, written.map(std::fs::read_to_string)) {
-                self.node_token.adopt(&old, pod, (now, wall));
+            let old = written.map(|f| cni::files::read_bounded(&f, MAX_CREDENTIAL));
+            if let (Ok(pod), Some(Ok(old))) = (&pod, old) {
+                self.node_token
+                    .adopt(&String::from_utf8_lossy(&old), pod, (now, wall));
             }
         }
         let event = self.node_token.poll(now);

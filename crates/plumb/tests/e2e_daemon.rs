@@ -1265,28 +1265,9 @@ fn a_daemon_keeps_a_kubeconfig_from_its_service_account_and_pods_attach_after_th
     // its service account's token beside the kubeconfig it writes, again at each rotation.
     let w = Writing::new(185);
     let (c, net_d, sa) = (&w.c, &w.net_d, w.c.node.path("serviceaccount"));
-    fs::create_dir_all(&sa).unwrap();
+    // A token that is no JWT (as the stand-in's own): no node-bound token, the copy kept.
     let old_token = fs::read_to_string(&c.token_file).unwrap();
-    fs::write(sa.join("token"), &old_token).unwrap();
-    fs::write(sa.join("ca.crt"), c.api.ca_pem().unwrap()).unwrap();
-    let kubeconfig = net_d.join("plumb.d/plumb.kubeconfig");
-    template_file(c, Some(&kubeconfig));
-    let (host, port) = (
-        c.api.addr().ip().to_string(),
-        c.api.addr().port().to_string(),
-    );
-    let daemon = w.start_with(
-        &[
-            "--write-kubeconfig".as_ref(),
-            kubeconfig.as_os_str(),
-            "--service-account-dir".as_ref(),
-            sa.as_os_str(),
-        ],
-        &[
-            ("KUBERNETES_SERVICE_HOST", &host),
-            ("KUBERNETES_SERVICE_PORT", &port),
-        ],
-    );
+    let (daemon, _) = keeping_a_kubeconfig(&w, old_token.trim());
     // The kubeconfig first, then plumb's configuration that names it.
     let said = daemon.wait_for("00-plumb.conflist");
     let (k, conf) = (
