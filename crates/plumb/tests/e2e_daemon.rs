@@ -1408,10 +1408,14 @@ fn the_kubeconfigs_token_is_bound_to_the_node_and_outlives_the_daemons_pod() {
     assert_eq!(fs::read_to_string(&token_file).unwrap(), issued.token);
     // Asked for with the pod's token, as deploy/node-token.yaml's Role grants: a create of
     // serviceaccounts/token for its own service account, named.
-    let asked: Vec<_> = (c.api.requests().into_iter())
-        .filter(|r| r.path.contains("/serviceaccounts/"))
-        .collect();
-    assert_eq!(asked.len(), 1, "{asked:?}");
+    let token_requests = || {
+        let asked: Vec<_> = (c.api.requests().into_iter())
+            .filter(|r| r.path.contains("/serviceaccounts/"))
+            .collect();
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        asked
+    };
+    let asked = token_requests();
     assert_eq!(
         (asked[0].method.as_str(), asked[0].path.as_str()),
         (
@@ -1504,12 +1508,8 @@ fn the_kubeconfigs_token_is_bound_to_the_node_and_outlives_the_daemons_pod() {
         "{said}"
     );
     assert_eq!(fs::read_to_string(&token_file).unwrap(), issued.token);
-    let asked: Vec<_> = (c.api.requests().into_iter())
-        .filter(|r| r.path.contains("/serviceaccounts/"))
-        .collect();
-    assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(
-        asked[0].bearer_token.as_deref(),
+        token_requests()[0].bearer_token.as_deref(),
         Some(new_pod_token.as_str())
     );
 }
