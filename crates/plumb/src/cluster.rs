@@ -650,13 +650,14 @@ impl KubeCluster {
 
     /// A token of the service account `namespace`/`name`, bound to the Node `node` (its UID
     /// when known) and asked to last `seconds` (TokenRequest, authentication.k8s.io/v1), with
-    /// when it expires as the API server says (it may shorten the lifetime); or why not.
+    /// when it expires as the API server says, and the lifetime it granted (it may shorten
+    /// the one asked); or why not.
     pub fn node_bound_token(
         &self,
         (namespace, name): (&str, &str),
         (node, node_uid): (&str, Option<&str>),
         seconds: i64,
-    ) -> Result<(String, std::time::SystemTime), CniError> {
+    ) -> Result<crate::node_token::Grant, CniError> {
         use k8s_openapi::api::authentication::v1::{
             BoundObjectReference, TokenRequest, TokenRequestSpec,
         };
@@ -684,12 +685,15 @@ impl KubeCluster {
                 .await
         });
         let answer = answer.map_err(|f| cni_error(&self.server, &what, &f))?;
+        let granted = (answer.spec.expiration_seconds)
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs);
         let status = (answer.status.filter(|s| !s.token.is_empty())).ok_or_else(|| {
             CniError::new(ErrorCode::Io, format!("{what}: the answer holds no token"))
         })?;
         let expires = std::time::UNIX_EPOCH
             + Duration::from_secs(status.expiration_timestamp.0.as_second().max(0) as u64);
-        Ok((status.token, expires))
+        Ok((status.token, expires, granted))
     }
 
     /// GET of NAD `r`, retried as [`KubeCluster::retrying`] does.

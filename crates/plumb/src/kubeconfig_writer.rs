@@ -160,17 +160,24 @@ impl KubeconfigWriter {
         let pod = self.pod_identity();
         // A daemon before this one may have left a node-bound token: kept, not overwritten
         // by this pod's copy, which could not outlive this pod if no new one can be had.
-        if !self.looked_at_old {
+        // Looked at once this pod's token can be read: before, nothing could be compared.
+        if !self.looked_at_old
+            && let Ok(pod) = &pod
+        {
             self.looked_at_old = true;
             let written = self.path.parent().map(|d| d.join("token"));
             let old = written.map(|f| cni::files::read_bounded(&f, MAX_CREDENTIAL));
-            if let (Ok(pod), Some(Ok(old))) = (&pod, old) {
+            if let Some(Ok(old)) = old {
                 self.node_token
                     .adopt(&String::from_utf8_lossy(&old), pod, (now, wall));
             }
         }
         let event = self.node_token.poll(now);
         self.note(event, now);
+        if let Ok(pod) = &pod {
+            let event = self.node_token.check(pod);
+            self.note(event, now);
+        }
         let step = self.write(now);
         let written = matches!(step, Step::Same | Step::Wrote(_));
         self.written |= written;
@@ -198,11 +205,9 @@ impl KubeconfigWriter {
 
     /// The kubeconfig to ask for tokens through: the pod's own token and CA certificate,
     /// named where the daemon reads them, never the token written on the node (which must not
-    /// be able to renew itself).
+    /// be able to renew itself). Written again at every look that may ask (at most once a
+    /// minute asks): a file removed meanwhile is not missed for good.
     fn own_kubeconfig(&mut self) -> Result<PathBuf, String> {
-        if let Some(own) = &self.own_kubeconfig {
-            return Ok(own.clone());
-        }
         let own = std::env::temp_dir().join(format!(
             "plumb-daemon-{}-service-account.kubeconfig",
             std::process::id()
@@ -212,15 +217,24 @@ impl KubeconfigWriter {
             "kind": "Config",
             "clusters": [{"name": "plumb", "cluster": {
                 "server": self.server,
-                "certificate-authority": self.service_account.join("ca.crt"),
+                "certificate-authority": self.service_account.join("ca.crt").to_string_lossy(),
             }}],
             "users": [{"name": "plumb", "user": {
-                "tokenFile": self.service_account.join("token"),
+                "tokenFile": self.service_account.join("token").to_string_lossy(),
             }}],
             "contexts": [{"name": "plumb", "context": {"cluster": "plumb", "user": "plumb"}}],
             "current-context": "plumb",
         });
-        cni::cache::write_atomic(&own, kubeconfig.to_string().as_bytes()).map_err(|e| e.msg)?;
+        let bytes = kubeconfig.to_string().into_bytes();
+        if std::fs::read(&own).ok() != Some(bytes.clone()) {
+            cni::cache::write_atomic(&own, &bytes).map_err(|e| {
+                format!(
+                    "{} (the daemon needs a writable temporary directory: with \
+                     readOnlyRootFilesystem, an emptyDir at /tmp)",
+                    e.msg
+                )
+            })?;
+        }
         self.own_kubeconfig = Some(own.clone());
         Ok(own)
     }
@@ -436,5 +450,28 @@ mod tests {
         w.note(Some(Event::Issued), now);
         w.note(refused("503"), now);
         assert_eq!(w.take_notes().len(), 1);
+    }
+
+    #[test]
+    fn a_node_bound_token_on_the_node_is_kept_though_the_pods_token_came_late() {
+        use crate::node_token::tests::{claims, epoch, jwt};
+        let d = tempfile::tempdir().unwrap();
+        let sa = d.path().join("sa");
+        std::fs::create_dir(&sa).unwrap();
+        let path = d.path().join("net.d/plumb.d/plumb.kubeconfig");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let fresh = epoch(SystemTime::now()) + 20 * 3600;
+        let on_node = jwt(&claims(Some("node-1"), false, fresh));
+        let token = path.parent().unwrap().join("token");
+        std::fs::write(&token, &on_node).unwrap();
+        // The API server named cannot be reached: the renewal fails in the background.
+        let mut w = KubeconfigWriter::new(path.clone(), sa.clone(), env("192.0.2.1")).unwrap();
+        assert!(matches!(w.step(), Step::Waiting(why) if why.contains("token")));
+        std::fs::write(sa.join("token"), jwt(&claims(Some("node-1"), true, fresh))).unwrap();
+        std::fs::write(sa.join("ca.crt"), "CA").unwrap();
+        assert!(
+            matches!(w.step(), Step::Wrote(why) if why.contains("with a token bound to node node-1"))
+        );
+        assert_eq!(std::fs::read_to_string(&token).unwrap(), on_node);
     }
 }

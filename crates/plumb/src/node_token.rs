@@ -48,6 +48,9 @@ const RETRY: Duration = Duration::from_secs(60);
 pub struct Identity {
     pub namespace: String,
     pub service_account: String,
+    /// The service account's UID, when the claim has it: one deleted and made again under the
+    /// same name is another, whose tokens the API server no longer takes.
+    pub service_account_uid: Option<String>,
     /// The node, and its UID when the claim has it.
     pub node: Option<(String, Option<String>)>,
     /// Whether it is bound to a pod (a pod's own token) rather than to a node or nothing.
@@ -75,6 +78,7 @@ pub fn identity(token: &str) -> Result<Identity, String> {
     Ok(Identity {
         namespace,
         service_account,
+        service_account_uid: text(&k8s["serviceaccount"]["uid"]),
         node,
         pod_bound: k8s["pod"].is_object(),
         expires: claims["exp"].as_u64(),
@@ -104,40 +108,51 @@ fn base64url(s: &str) -> Option<Vec<u8>> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Issued {
     pub token: String,
-    /// For whom: `namespace/name`, and the node.
+    /// For whom: `namespace/name`, and the node, with its UID when known.
     pub service_account: String,
     pub node: String,
+    pub node_uid: Option<String>,
     /// Until when it may be used, by the monotonic clock ([`EXPIRY_MARGIN`] before its end).
     pub usable_until: Instant,
     /// When to ask for the next.
     pub renew_at: Instant,
 }
 
+/// What the API server answered a TokenRequest: the token, when it expires by its clock, and
+/// the lifetime it granted (`spec.expirationSeconds` of the answer, which it shortens to its
+/// cap), when it says.
+pub type Grant = (String, SystemTime, Option<Duration>);
+
+/// For whom a token is: the service account (`namespace/name`), the node and its UID.
+type Bound = (String, String, Option<String>);
+
 impl Issued {
-    /// A token handed out at `asked` (monotonic; the wall clock then `wall`) that expires at
-    /// `expires` by the API server's word, scheduled; or why it cannot be used: a lifetime
-    /// that the node's clock sees (nearly) over.
+    /// A token `grant`ed at `asked` (monotonic; the wall clock then `wall`), scheduled; or why
+    /// it cannot be used: a lifetime that the node's clock sees (nearly) over. Its life is the
+    /// shortest of what was asked, what the API server granted, and what its expiry leaves by
+    /// the node's clock (which may be behind).
     fn scheduled(
-        (token, expires): (String, SystemTime),
-        (service_account, node): (String, String),
+        (token, expires, granted): Grant,
+        (service_account, node, node_uid): Bound,
         asked: Instant,
         wall: SystemTime,
     ) -> Result<Issued, String> {
-        let life = expires
-            .duration_since(wall)
-            .unwrap_or_default()
-            .min(LIFETIME);
+        let life = (expires.duration_since(wall).unwrap_or_default())
+            .min(LIFETIME)
+            .min(granted.unwrap_or(LIFETIME));
         if life < 2 * EXPIRY_MARGIN {
             return Err(format!(
-                "the token issued for {service_account} expires in {} s by this node's clock \
-                 (is the node's clock right?)",
-                life.as_secs()
+                "the token issued for {service_account} has {} s left by this node's clock, \
+                 under the {} s it needs (is the node's clock right?)",
+                life.as_secs(),
+                (2 * EXPIRY_MARGIN).as_secs()
             ));
         }
         Ok(Issued {
             token,
             service_account,
             node,
+            node_uid,
             usable_until: asked + life - EXPIRY_MARGIN,
             // Each sixth of its life, never sooner than a retry.
             renew_at: asked + (life / 6).max(RETRY),
@@ -169,29 +184,62 @@ impl NodeToken {
     }
 
     /// Takes `token`, the one a daemon before this one wrote, as the one in use: a node-bound
-    /// token of the service account and node that `pod` (this pod's token) names, with at
-    /// least [`EXPIRY_MARGIN`] twice over left by the node's clock. So a daemon that starts
-    /// does not put its pod's copy over a token that outlives pods, and lose it for good when
-    /// it cannot get a new one. It is renewed at once.
+    /// token of the service account and node that `pod` (this pod's token) names, their UIDs
+    /// too where both say them, with at least [`EXPIRY_MARGIN`] twice over left by the node's
+    /// clock. So a daemon that starts does not put its pod's copy over a token that outlives
+    /// pods, and lose it for good when it cannot get a new one. It is renewed at once.
     pub fn adopt(&mut self, token: &str, pod: &Identity, now: (Instant, SystemTime)) {
         let Ok(found) = identity(token) else { return };
-        let same = !found.pod_bound
-            && found.namespace == pod.namespace
-            && found.service_account == pod.service_account
-            && found.node.as_ref().map(|n| &n.0) == pod.node.as_ref().map(|n| &n.0)
-            && found.node.is_some();
-        let Some(exp) = found.expires.filter(|_| same) else {
+        let same = |a: &Option<String>, b: &Option<String>| a.is_none() || b.is_none() || a == b;
+        let (Some(node), Some(pod_node)) = (&found.node, &pod.node) else {
             return;
         };
-        let expires = SystemTime::UNIX_EPOCH + Duration::from_secs(exp);
-        let who = (
-            format!("{}/{}", found.namespace, found.service_account),
-            found.node.map(|n| n.0).unwrap_or_default(),
+        let matches = !found.pod_bound
+            && found.namespace == pod.namespace
+            && found.service_account == pod.service_account
+            && same(&found.service_account_uid, &pod.service_account_uid)
+            && node.0 == pod_node.0
+            && same(&node.1, &pod_node.1);
+        let Some(exp) = found.expires.filter(|_| matches) else {
+            return;
+        };
+        let grant = (
+            token.to_string(),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(exp),
+            None,
         );
-        if let Ok(mut issued) = Issued::scheduled((token.to_string(), expires), who, now.0, now.1) {
+        let bound = (
+            format!("{}/{}", found.namespace, found.service_account),
+            node.0.clone(),
+            node.1.clone(),
+        );
+        if let Ok(mut issued) = Issued::scheduled(grant, bound, now.0, now.1) {
             issued.renew_at = now.0;
             self.issued = Some(issued);
         }
+    }
+
+    /// Drops the token in use when `pod` (this pod's token, read again) names its node with
+    /// another UID: the Node was deleted and registered again, and the API server no longer
+    /// takes a token bound to the one before. The pod's copy goes back at once, and a new one
+    /// is asked for at once.
+    pub fn check(&mut self, pod: &Identity) -> Option<Event> {
+        let issued = self.issued.as_ref()?;
+        let now_uid = pod.node.as_ref().and_then(|n| n.1.as_ref());
+        let (Some(was), Some(is)) = (issued.node_uid.as_ref(), now_uid) else {
+            return None;
+        };
+        if was == is {
+            return None;
+        }
+        let why = format!(
+            "the token in use is bound to node {} with UID {was}, which is now {is} (the Node \
+             was registered again)",
+            issued.node
+        );
+        self.issued = None;
+        self.next_try = None;
+        Some(Event::Refused(why))
     }
 
     /// Takes in the answer of the request in flight, if it has come.
@@ -270,15 +318,19 @@ fn ask(
     let asked = (Instant::now(), SystemTime::now());
     let cluster = KubeCluster::from_kubeconfig(kubeconfig).map_err(|e| e.msg)?;
     let seconds = LIFETIME.as_secs() as i64;
-    let answer = cluster
+    let grant = cluster
         .node_bound_token((namespace, name), (node, node_uid.as_deref()), seconds)
         .map_err(|e| e.msg)?;
-    let who = (format!("{namespace}/{name}"), node.clone());
-    Issued::scheduled(answer, who, asked.0, asked.1)
+    let bound = (
+        format!("{namespace}/{name}"),
+        node.clone(),
+        node_uid.clone(),
+    );
+    Issued::scheduled(grant, bound, asked.0, asked.1)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A JWT with `claims` as its payload (the signature is not read).
@@ -292,7 +344,7 @@ mod tests {
 
     /// The claims of a token of `kube-system/plumb` on node `node`: a pod's, or one bound to
     /// the node only, expiring at `exp`.
-    fn claims(node: Option<&str>, pod: bool, exp: u64) -> serde_json::Value {
+    pub(crate) fn claims(node: Option<&str>, pod: bool, exp: u64) -> serde_json::Value {
         let mut k8s = serde_json::json!({"namespace": "kube-system",
             "serviceaccount": {"name": "plumb", "uid": "s1"}});
         if let Some(node) = node {
@@ -305,7 +357,7 @@ mod tests {
             "sub": "system:serviceaccount:kube-system:plumb", "kubernetes.io": k8s})
     }
 
-    fn epoch(t: SystemTime) -> u64 {
+    pub(crate) fn epoch(t: SystemTime) -> u64 {
         t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()
     }
 
@@ -319,6 +371,7 @@ mod tests {
             Ok(Identity {
                 namespace: "kube-system".into(),
                 service_account: "plumb".into(),
+                service_account_uid: Some("s1".into()),
                 node: Some(("node-1".into(), Some("6a1c".into()))),
                 pod_bound: true,
                 expires: Some(1_700_000_000),
@@ -363,19 +416,24 @@ mod tests {
     #[test]
     fn a_token_is_renewed_each_sixth_of_its_life_and_not_used_in_its_last_minutes() {
         let (now, wall) = (Instant::now(), SystemTime::now());
-        let who = || ("kube-system/plumb".to_string(), "node-1".to_string());
-        let day = Issued::scheduled(("t".into(), wall + LIFETIME), who(), now, wall).unwrap();
+        let who = || ("kube-system/plumb".to_string(), "node-1".to_string(), None);
+        let day = Issued::scheduled(("t".into(), wall + LIFETIME, None), who(), now, wall).unwrap();
         assert_eq!(day.renew_at, now + LIFETIME / 6);
         assert_eq!(day.usable_until, now + LIFETIME - EXPIRY_MARGIN);
         // The API server gave an hour: renewed every ten minutes.
         let hour = Duration::from_secs(3600);
-        let short = Issued::scheduled(("t".into(), wall + hour), who(), now, wall).unwrap();
+        let short = Issued::scheduled(("t".into(), wall + hour, None), who(), now, wall).unwrap();
         assert_eq!(short.renew_at, now + hour / 6);
         // A lifetime longer than asked is taken as asked; one (nearly) over by this node's
         // clock is refused, naming the clock.
-        let long = Issued::scheduled(("t".into(), wall + 2 * LIFETIME), who(), now, wall).unwrap();
+        let long =
+            Issued::scheduled(("t".into(), wall + 2 * LIFETIME, None), who(), now, wall).unwrap();
         assert_eq!(long.usable_until, day.usable_until);
-        let skewed = Issued::scheduled(("t".into(), wall + EXPIRY_MARGIN), who(), now, wall);
+        // A node clock behind the API server's: the lifetime granted bounds it still.
+        let granted =
+            Issued::scheduled(("t".into(), wall + LIFETIME, Some(hour)), who(), now, wall).unwrap();
+        assert_eq!(granted.usable_until, now + hour - EXPIRY_MARGIN);
+        let skewed = Issued::scheduled(("t".into(), wall + EXPIRY_MARGIN, None), who(), now, wall);
         assert!(skewed.unwrap_err().contains("node's clock"));
 
         let t = NodeToken {
@@ -405,8 +463,9 @@ mod tests {
         );
         // A token in use that is not due: nothing asked.
         let wall = SystemTime::now();
-        let who = ("kube-system/plumb".to_string(), "node-1".to_string());
-        let issued = Issued::scheduled(("t".into(), wall + LIFETIME), who, now, wall).unwrap();
+        let who = ("kube-system/plumb".to_string(), "node-1".to_string(), None);
+        let issued =
+            Issued::scheduled(("t".into(), wall + LIFETIME, None), who, now, wall).unwrap();
         let mut t = NodeToken {
             issued: Some(issued),
             ..NodeToken::default()
@@ -418,8 +477,9 @@ mod tests {
     #[test]
     fn a_refusal_is_said_and_the_token_in_use_kept_until_it_expires() {
         let (now, wall) = (Instant::now(), SystemTime::now());
-        let who = ("kube-system/plumb".to_string(), "node-1".to_string());
-        let issued = Issued::scheduled(("t".into(), wall + LIFETIME), who, now, wall).unwrap();
+        let who = ("kube-system/plumb".to_string(), "node-1".to_string(), None);
+        let issued =
+            Issued::scheduled(("t".into(), wall + LIFETIME, None), who, now, wall).unwrap();
         let (tx, rx) = mpsc::channel();
         let mut t = NodeToken {
             issued: Some(issued.clone()),
@@ -461,11 +521,54 @@ mod tests {
         assert!(issued.usable_until > now + Duration::from_secs(19 * 3600));
         // Not: a pod's token (the copy), another node's, one about to expire, not a JWT.
         assert_eq!(adopted(&jwt(&claims(Some("node-1"), true, fresh))), None);
+        // Nor one of another service account, namespace, or incarnation of the node or the
+        // service account (their UIDs).
+        let changed = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut c = claims(Some("node-1"), false, fresh);
+            edit(&mut c["kubernetes.io"]);
+            adopted(&jwt(&c))
+        };
+        assert_eq!(changed(&|k| k["namespace"] = "other".into()), None);
+        assert_eq!(
+            changed(&|k| k["serviceaccount"]["name"] = "other".into()),
+            None
+        );
+        assert_eq!(changed(&|k| k["serviceaccount"]["uid"] = "s2".into()), None);
+        assert_eq!(changed(&|k| k["node"]["uid"] = "7b2d".into()), None);
+        assert!(changed(&|k| k["node"].as_object_mut().unwrap().clear()).is_none());
         assert_eq!(adopted(&jwt(&claims(Some("node-2"), false, fresh))), None);
         assert_eq!(
             adopted(&jwt(&claims(Some("node-1"), false, epoch(wall) + 60))),
             None
         );
         assert_eq!(adopted("opaque"), None);
+    }
+
+    #[test]
+    fn a_token_of_the_node_before_it_registered_again_is_dropped_for_the_copy() {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let bound = (
+            "kube-system/plumb".to_string(),
+            "node-1".to_string(),
+            Some("6a1c".to_string()),
+        );
+        let issued =
+            Issued::scheduled(("t".into(), wall + LIFETIME, None), bound, now, wall).unwrap();
+        let mut t = NodeToken {
+            issued: Some(issued),
+            next_try: Some(now + RETRY),
+            ..NodeToken::default()
+        };
+        let same = identity(&jwt(&claims(Some("node-1"), true, 1))).unwrap();
+        assert_eq!(t.check(&same), None);
+        assert!(t.current(now).is_some());
+        let mut again = same.clone();
+        again.node = Some(("node-1".into(), Some("7b2d".into())));
+        assert!(matches!(
+            t.check(&again),
+            Some(Event::Refused(why)) if why.contains("UID 6a1c, which is now 7b2d")
+        ));
+        assert_eq!(t.current(now), None);
+        assert_eq!(t.next_try, None, "asked for again at once");
     }
 }

@@ -1353,6 +1353,9 @@ fn keeping_a_kubeconfig(w: &Writing, token: &str) -> (Daemon, PathBuf) {
     let (c, sa) = (&w.c, w.c.node.path("serviceaccount"));
     fs::create_dir_all(&sa).unwrap();
     c.api.accept_token(token);
+    // As the pod tokens of pod_token name it.
+    c.api
+        .set_service_account_uid("kube-system", "plumb", "sa-uid");
     fs::write(sa.join("token"), token).unwrap();
     fs::write(sa.join("ca.crt"), c.api.ca_pem().unwrap()).unwrap();
     let kubeconfig = w.net_d.join("plumb.d/plumb.kubeconfig");

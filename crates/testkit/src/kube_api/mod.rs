@@ -136,6 +136,7 @@ impl KubeApi {
             changes: tokio::sync::watch::Sender::new(0),
             tokens: Mutex::new(opts.tokens),
             issued: Mutex::new(Vec::new()),
+            service_account_uids: Mutex::new(std::collections::BTreeMap::new()),
             faults: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
             logged: Condvar::new(),
@@ -233,6 +234,14 @@ impl KubeApi {
     /// The tokens issued through TokenRequest so far, in order (each accepted from then on).
     pub fn issued_tokens(&self) -> Vec<IssuedToken> {
         lock(&self.shared.issued).clone()
+    }
+
+    /// Gives the service account `namespace`/`name` the UID `uid`, which the tokens issued
+    /// for it name from now on (as the pod tokens a test writes name it). Without it, the first
+    /// token issued for a service account gives it a new UID.
+    pub fn set_service_account_uid(&self, namespace: &str, name: &str, uid: &str) {
+        lock(&self.shared.service_account_uids)
+            .insert((namespace.to_owned(), name.to_owned()), uid.to_owned());
     }
 
     /// Stops accepting a token: requests carrying it get 401 from now on.

@@ -43,6 +43,8 @@ pub(crate) struct Shared {
     pub tokens: Mutex<Vec<String>>,
     /// The tokens issued by TokenRequest, in order.
     pub issued: Mutex<Vec<super::tokens::IssuedToken>>,
+    /// The UID of each service account (namespace, name) tokens were issued for.
+    pub service_account_uids: Mutex<std::collections::BTreeMap<(String, String), String>>,
     pub faults: Mutex<Vec<Fault>>,
     pub log: Mutex<Vec<LoggedRequest>>,
     /// Signalled after each log entry, for `KubeApi::wait_for_request`.

@@ -82,7 +82,25 @@ pub(crate) fn create(
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    let token = jwt(ns, name, bound.as_ref(), now, now + expiration_seconds);
+    // The bound object's UID, as the API server reads it from the object: the one the
+    // request names (the stand-in keeps no Nodes to check it against), else a new one.
+    let bound_uid = spec["boundObjectRef"]["uid"]
+        .as_str()
+        .filter(|u| !u.is_empty())
+        .map_or_else(new_uid, str::to_owned);
+    let bound_with_uid = bound
+        .as_ref()
+        .map(|(k, n)| (k.as_str(), n.as_str(), bound_uid.as_str()));
+    let sa_uid = lock(&shared.service_account_uids)
+        .entry((ns.to_owned(), name.to_owned()))
+        .or_insert_with(new_uid)
+        .clone();
+    let token = jwt(
+        (ns, name, &sa_uid),
+        bound_with_uid,
+        now,
+        now + expiration_seconds,
+    );
     // Behind the tokens given at the start: `KubeApi::token` stays the first of those.
     lock(&shared.tokens).push(token.clone());
     lock(&shared.issued).push(IssuedToken {
@@ -109,14 +127,21 @@ pub(crate) fn create(
     ))
 }
 
-/// A token shaped as the API server's: a JWT whose claims name the service account and the
-/// object it is bound to (`kubernetes.io.node` or `.pod`), issued at `iat`, expiring at `exp`.
+/// A token shaped as the API server's: a JWT whose claims name the service account (its UID
+/// `sa_uid`) and the
+/// object it is bound to (`kubernetes.io.node` or `.pod`: kind, name, UID), issued at `iat`,
+/// expiring at `exp`.
 /// Its signature is not one: the stand-in knows its tokens by value.
-fn jwt(ns: &str, name: &str, bound: Option<&(String, String)>, iat: u64, exp: u64) -> String {
-    let mut k8s = json!({"namespace": ns, "serviceaccount": {"name": name, "uid": new_uid()}});
-    if let Some((kind, object)) = bound {
+fn jwt(
+    (ns, name, sa_uid): (&str, &str, &str),
+    bound: Option<(&str, &str, &str)>,
+    iat: u64,
+    exp: u64,
+) -> String {
+    let mut k8s = json!({"namespace": ns, "serviceaccount": {"name": name, "uid": sa_uid}});
+    if let Some((kind, object, uid)) = bound {
         let key = kind.to_ascii_lowercase();
-        k8s[key] = json!({"name": object, "uid": new_uid()});
+        k8s[key] = json!({"name": object, "uid": uid});
     }
     let claims = json!({
         "aud": ["https://kubernetes.default.svc.cluster.local"],
