@@ -22,7 +22,7 @@ use cni::error::{CniError, ErrorCode};
 use serde_json::json;
 
 use crate::conf_writer::Step;
-use crate::node_token::{Event, Identity, NodeToken};
+use crate::node_token::{Event, NodeToken};
 
 /// Where a pod finds its service account's token and CA certificate.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -157,9 +157,14 @@ impl KubeconfigWriter {
     /// node when one is due (node_token.rs).
     pub fn step(&mut self) -> Step {
         let (now, wall) = (Instant::now(), SystemTime::now());
-        let pod = self.pod_identity();
-        // A daemon before this one may have left a node-bound token: kept, not overwritten
-        // by this pod's copy, which could not outlive this pod if no new one can be had.
+        // The pod's token, read once for this look: copied (`write`) and read for whom it
+        // names.
+        let pod_token = self.read_credential("token");
+        let pod = match &pod_token {
+            Ok(token) => crate::node_token::identity(&String::from_utf8_lossy(token))
+                .map_err(|why| format!("{}: {why}", self.service_account.join("token").display())),
+            Err(why) => Err(why.clone()),
+        };
         // Looked at once this pod's token can be read: before, nothing could be compared.
         if !self.looked_at_old
             && let Ok(pod) = &pod
@@ -178,10 +183,10 @@ impl KubeconfigWriter {
             let event = self.node_token.check(pod);
             self.note(event, now);
         }
-        let step = self.write(now);
+        let step = self.write(now, pod_token);
         let written = matches!(step, Step::Same | Step::Wrote(_));
         self.written |= written;
-        if written {
+        if written && self.node_token.due(now) {
             let event = match self.own_kubeconfig() {
                 Ok(own) => {
                     let pod = pod.as_ref().map_err(String::as_str);
@@ -194,13 +199,15 @@ impl KubeconfigWriter {
         step.said_once(&mut self.waiting)
     }
 
-    /// Whom the pod's own token names, or why it names nobody.
-    fn pod_identity(&self) -> Result<Identity, String> {
-        let path = self.service_account.join("token");
-        let token = cni::files::read_bounded(&path, MAX_CREDENTIAL)
+    /// The service account's file `name`, bounded, not empty; or what is wrong with it.
+    fn read_credential(&self, name: &str) -> Result<Vec<u8>, String> {
+        let path = self.service_account.join(name);
+        let bytes = cni::files::read_bounded(&path, MAX_CREDENTIAL)
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        crate::node_token::identity(&String::from_utf8_lossy(&token))
-            .map_err(|why| format!("{}: {why}", path.display()))
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(format!("{} is empty", path.display()));
+        }
+        Ok(bytes)
     }
 
     /// The kubeconfig to ask for tokens through: the pod's own token and CA certificate,
@@ -212,19 +219,11 @@ impl KubeconfigWriter {
             "plumb-daemon-{}-service-account.kubeconfig",
             std::process::id()
         ));
-        let kubeconfig = json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "plumb", "cluster": {
-                "server": self.server,
-                "certificate-authority": self.service_account.join("ca.crt").to_string_lossy(),
-            }}],
-            "users": [{"name": "plumb", "user": {
-                "tokenFile": self.service_account.join("token").to_string_lossy(),
-            }}],
-            "contexts": [{"name": "plumb", "context": {"cluster": "plumb", "user": "plumb"}}],
-            "current-context": "plumb",
-        });
+        let kubeconfig = kubeconfig(
+            &self.server,
+            &self.service_account.join("ca.crt").to_string_lossy(),
+            &self.service_account.join("token").to_string_lossy(),
+        );
         let bytes = kubeconfig.to_string().into_bytes();
         if std::fs::read(&own).ok() != Some(bytes.clone()) {
             cni::cache::write_atomic(&own, &bytes).map_err(|e| {
@@ -265,19 +264,12 @@ impl KubeconfigWriter {
         }
     }
 
-    fn write(&self, now: Instant) -> Step {
+    /// Writes what differs, the token being the pod's `pod_token` as read for this look,
+    /// unless a node-bound one is in use.
+    fn write(&self, now: Instant, pod_token: Result<Vec<u8>, String>) -> Step {
         let dir = self.path.parent().expect("checked in new");
-        let read = |name: &str| -> Result<Vec<u8>, String> {
-            let path = self.service_account.join(name);
-            let bytes = cni::files::read_bounded(&path, MAX_CREDENTIAL)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            if bytes.iter().all(u8::is_ascii_whitespace) {
-                return Err(format!("{} is empty", path.display()));
-            }
-            Ok(bytes)
-        };
         let [token, ca] = CREDENTIALS;
-        let mut credentials = match (read(token), read(ca)) {
+        let mut credentials = match (pod_token, self.read_credential(ca)) {
             (Ok(t), Ok(c)) => [(token, t), (ca, c)],
             (Err(why), _) | (_, Err(why)) => return Step::Waiting(why),
         };
@@ -288,18 +280,8 @@ impl KubeconfigWriter {
         if let Err(e) = std::fs::create_dir_all(dir) {
             return Step::Waiting(format!("cannot make {}: {e}", dir.display()));
         }
-        let kubeconfig = json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "plumb", "cluster": {
-                "server": self.server,
-                // Relative: read from the kubeconfig's directory, wherever the node has it.
-                "certificate-authority": "ca.crt",
-            }}],
-            "users": [{"name": "plumb", "user": {"tokenFile": "token"}}],
-            "contexts": [{"name": "plumb", "context": {"cluster": "plumb", "user": "plumb"}}],
-            "current-context": "plumb",
-        });
+        // Relative: read from the kubeconfig's directory, wherever the node has it.
+        let kubeconfig = kubeconfig(&self.server, "ca.crt", "token");
         let mut kubeconfig = serde_json::to_vec_pretty(&kubeconfig).expect("JSON serializes");
         kubeconfig.push(b'\n');
         let file_name = self.path.file_name().expect("checked in new").to_owned();
@@ -339,6 +321,19 @@ impl KubeconfigWriter {
         };
         Step::Wrote(format!("{from}, for {}", self.server))
     }
+}
+
+/// A kubeconfig of one cluster at `server`, its CA certificate in the file `ca`, and one user
+/// whose token is in the file `token`.
+fn kubeconfig(server: &str, ca: &str, token: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "plumb", "cluster": {"server": server, "certificate-authority": ca}}],
+        "users": [{"name": "plumb", "user": {"tokenFile": token}}],
+        "contexts": [{"name": "plumb", "context": {"cluster": "plumb", "user": "plumb"}}],
+        "current-context": "plumb",
+    })
 }
 
 #[cfg(test)]

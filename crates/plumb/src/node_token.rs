@@ -264,6 +264,14 @@ impl NodeToken {
         }
     }
 
+    /// Whether a request is due at `now`: none in use or it is time to renew, none in
+    /// flight, none refused within the last [`RETRY`].
+    pub fn due(&self, now: Instant) -> bool {
+        self.issued.as_ref().is_none_or(|i| now >= i.renew_at)
+            && self.pending.is_none()
+            && self.next_try.is_none_or(|t| now >= t)
+    }
+
     /// Asks for a token in the background, through `kubeconfig` (one holding the pod's own
     /// token), for whom `pod` (that token's identity) names, when one is due and none is
     /// being asked for. Says why not when it cannot ask at all.
@@ -273,8 +281,7 @@ impl NodeToken {
         pod: Result<&Identity, &str>,
         kubeconfig: &Path,
     ) -> Option<Event> {
-        let due = self.issued.as_ref().is_none_or(|i| now >= i.renew_at);
-        if !due || self.pending.is_some() || self.next_try.is_some_and(|t| now < t) {
+        if !self.due(now) {
             return None;
         }
         // Never two requests within a retry's time, whatever comes back.
