@@ -15,11 +15,11 @@
 //! answer of the API stand-in, default 0; API_HTTP1=1, the stand-in without HTTP/2; PLUMB, the
 //! path of another plumb build to measure in its place; CONFIG=readme, plumb configured as the
 //! README recommends: the default network a file named by path and the pod's annotations given
-//! by the runtime, instead of the default network a NAD and the pod read from the API). A DEL's time is mostly the kernel's
-//! (`rcu_barrier` when a link goes: about 10 ms per delegate) and varies a lot: a quarter of the
-//! iterations' ratios lie below 0.95 and a quarter above 1.15. Hence 300 iterations (about a
-//! minute per run), and a bootstrap interval printed with each median so that a reader sees how
-//! far it can be trusted.
+//! by the runtime, instead of the default network a NAD and the pod read from the API). A DEL's
+//! time is mostly the kernel's (`rcu_barrier` when a link goes: about 10 ms per delegate) and
+//! varies a lot: a quarter of the iterations' ratios lie below 0.95 and a quarter above 1.15.
+//! Hence 300 iterations (about a minute per run), and a bootstrap interval printed with each
+//! median so that a reader sees how far it can be trusted.
 //!
 //! For profiling, `HOLD=SECONDS` sets everything up, writes `target/bench-e2e-hold.sh` (N=20
 //! ADD+DEL pairs of the pod through plumb, or through `$PLUMB` when set), and keeps the API
