@@ -120,9 +120,6 @@ impl ConfWriter {
                 format!("--write-config {}: {msg}", template.display()),
             )
         };
-        let bytes = cni::files::read_bounded(template, MAX_CONF_FILE)
-            .map_err(|e| CniError::new(ErrorCode::Io, format!("{}: {e}", template.display())))?;
-        let keys = template_object(&bytes).map_err(at)?;
         if let Some(p) = &primary
             && (p.is_empty() || p.contains('/'))
         {
@@ -131,7 +128,10 @@ impl ConfWriter {
                 dir.display()
             )));
         }
-        let (keys, ready_when) = checked_template(keys, socket).map_err(at)?;
+        let bytes = cni::files::read_bounded(template, MAX_CONF_FILE)
+            .map_err(|e| CniError::new(ErrorCode::Io, format!("{}: {e}", template.display())))?;
+        // What the fuzz target plumb_default_network_conf checks, the same function.
+        let (keys, ready_when) = template_keys(&bytes, socket).map_err(at)?;
         Ok(ConfWriter {
             dir,
             primary,

@@ -170,8 +170,8 @@ impl KubeconfigWriter {
             && let Ok(pod) = &pod
         {
             self.looked_at_old = true;
-            let written = self.path.parent().map(|d| d.join("token"));
-            let old = written.map(|f| cni::files::read_bounded(&f, MAX_CREDENTIAL));
+            let on_node = self.path.parent().map(|d| d.join("token"));
+            let old = on_node.map(|f| cni::files::read_bounded(&f, MAX_CREDENTIAL));
             if let Some(Ok(old)) = old {
                 self.node_token
                     .adopt(&String::from_utf8_lossy(&old), pod, (now, wall));
