@@ -398,22 +398,16 @@ fn listen(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Replaced::Nothing,
         Err(e) => return Err(fail("cannot stat it", &e)),
     };
-    // Named for this process: no other daemon binds it, and one left there (by a process of
-    // the same pid that died before its rename) is of no use to anyone.
-    let mut name = path.as_os_str().to_owned();
-    name.push(format!(".{}.new", std::process::id()));
-    let new = PathBuf::from(name);
+    // Bound under a name nobody else binds. A PID is unique only in its PID namespace: two
+    // daemons of a DaemonSet's surge are each PID 1 of their container, and both start on the
+    // node at once. The name is never removed before the bind (that could be the other
+    // daemon's socket, which its rename would then miss) and bind(2) does not replace a file:
+    // a name taken gives way to a random one, as the result cache's temporary files do
+    // (cni::cache::stage).
+    let (new, listener) = bind_new(path)?;
     let new_fail = |what: &str, e: &dyn std::fmt::Display| {
         socket_error(path, &format!("{what} {}", new.display()), e)
     };
-    match std::fs::remove_file(&new) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(new_fail("cannot remove the leftover", &e));
-        }
-        _ => {}
-    }
-    let listener =
-        tokio::net::UnixListener::bind(&new).map_err(|e| new_fail("cannot listen on", &e))?;
     // Its identity and mode are settled before it takes the path.
     let bound = std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| new_fail("cannot make 0600", &e))
@@ -430,6 +424,45 @@ fn listen(
             Err(e)
         }
     }
+}
+
+/// A listening socket beside `path`, at `<path>.<pid>.new`, or at `<path>.<random>.new` when
+/// that name is taken (another daemon that is the same PID in its own PID namespace, or one
+/// killed between its bind and its rename).
+fn bind_new(path: &Path) -> Result<(PathBuf, tokio::net::UnixListener), CniError> {
+    use std::hash::BuildHasher;
+
+    let mut suffix = std::process::id();
+    // Taken eight times over is no coincidence: said, with the names to look at.
+    for attempt in 0..8u32 {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".{suffix}.new"));
+        let new = PathBuf::from(name);
+        match tokio::net::UnixListener::bind(&new) {
+            Ok(listener) => return Ok((new, listener)),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                // std's hasher keys come from the OS's random source, per process.
+                // A u32, as a PID: the name is no longer than sockaddr_un allows a PID's.
+                suffix = std::hash::RandomState::new().hash_one(attempt) as u32;
+            }
+            Err(e) => {
+                return Err(socket_error(
+                    path,
+                    &format!("cannot listen on {}", new.display()),
+                    &e,
+                ));
+            }
+        }
+    }
+    Err(socket_error(
+        path,
+        "cannot listen beside it",
+        &format!(
+            "eight names {}.*.new were taken: leftovers of killed daemons; remove them while \
+             no daemon starts",
+            path.display()
+        ),
+    ))
 }
 
 /// Whether `path` still names the socket this daemon bound (device and inode `ours`).
@@ -778,6 +811,43 @@ fn call(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_daemon_starting_beside_another_of_the_same_pid_leaves_its_socket_alone() {
+        // Two daemons of a DaemonSet's surge, each PID 1 of its container, start at once: the
+        // other one has bound `<socket>.<pid>.new` and is about to rename it onto the path.
+        // Removing that name made its rename take this daemon's socket, which this daemon then
+        // did not find at its own name (its start failed), and the other one served a socket
+        // nobody could reach.
+        let d = tempfile::tempdir().unwrap();
+        let socket = d.path().join("plumb.sock");
+        let others = d
+            .path()
+            .join(format!("plumb.sock.{}.new", std::process::id()));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let _other = std::os::unix::net::UnixListener::bind(&others).unwrap();
+        let (listener, ours, replaced) = listen(&socket, nix::unistd::geteuid().as_raw()).unwrap();
+        assert!(matches!(replaced, Replaced::Nothing));
+        assert!(others.exists(), "the other daemon's socket was removed");
+        assert!(is_ours(&socket, ours));
+        // The socket at the path is this daemon's listener: a call reaches it.
+        let _call = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        let accepted = rt.block_on(listener.accept());
+        assert!(accepted.is_ok());
+        // Nothing of this daemon is left beside the path; the other's rename still works (and
+        // then this daemon sees that it lost the path).
+        let beside: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(beside.len(), 2, "{beside:?}");
+        std::fs::rename(&others, &socket).unwrap();
+        assert!(!is_ours(&socket, ours));
+    }
 
     #[test]
     fn plumbs_configuration_waits_for_the_kubeconfig_however_long_that_takes() {
