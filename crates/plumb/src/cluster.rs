@@ -696,6 +696,25 @@ impl KubeCluster {
         Ok((status.token, expires, granted))
     }
 
+    /// Whether the API server takes the kubeconfig's credentials: a GET of `/version`, which
+    /// every client may make (the default RBAC's `system:public-info-viewer`), so that only
+    /// authentication refuses it: with a token the API server no longer takes it answers 401,
+    /// not the anonymous answer (it never takes a bad token for no token). `Err` when there is
+    /// no answer to go by (the API server down, a 5xx): that says nothing of the token.
+    pub fn credentials_accepted(&self) -> Result<bool, CniError> {
+        let http2 = &self.http2;
+        let answer = self.with_retries(false, |client| async move {
+            let request = http::Request::get("/version").body(Vec::new());
+            let request = request.map_err(kube::core::request::Error::BuildRequest);
+            send::<serde_json::Value>(&client, request, http2).await
+        });
+        match answer {
+            Ok(_) => Ok(true),
+            Err(f) if f.is_status(401) => Ok(false),
+            Err(f) => Err(cni_error(&self.server, "get /version", &f)),
+        }
+    }
+
     /// GET of NAD `r`, retried as [`KubeCluster::retrying`] does.
     async fn get_nad(
         &self,
@@ -1620,6 +1639,31 @@ mod tests {
             statuses.iter().filter(|s| **s == 200).count(),
             2,
             "{statuses:?}"
+        );
+    }
+
+    #[test]
+    fn a_token_the_api_server_no_longer_takes_is_told_from_an_api_server_that_does_not_answer() {
+        // The daemon checks the token it wrote on the node this way (node_token.rs): a 401
+        // only, never an API server down or failing, may make it drop the token.
+        let (api, _dir, c) = cluster(Duration::from_secs(2));
+        assert!(c.credentials_accepted().unwrap());
+        api.add_fault(Fault::new(FaultKind::Status(500, "InternalError".into())).path("/version"));
+        let e = c.credentials_accepted().unwrap_err();
+        assert!(
+            e.msg.contains("get /version") && e.msg.contains("500"),
+            "{e}"
+        );
+        api.clear_faults();
+        api.revoke_token(&api.token().unwrap());
+        assert!(!c.credentials_accepted().unwrap());
+        let asked: Vec<_> = (api.requests().into_iter())
+            .map(|r| (r.method, r.path, r.status))
+            .collect();
+        assert_eq!(
+            asked.last(),
+            Some(&("GET".to_string(), "/version".to_string(), 401)),
+            "{asked:?}"
         );
     }
 

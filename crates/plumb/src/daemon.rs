@@ -87,6 +87,17 @@ pub struct Args {
     /// Where the service account's `token` and `ca.crt` are.
     #[arg(long, default_value = SERVICE_ACCOUNT_DIR, requires = "write_kubeconfig")]
     pub service_account_dir: PathBuf,
+    /// How often, in seconds, the token bound to the node that `--write-kubeconfig` keeps is
+    /// shown to the API server (a GET of `/version` with it); one it refuses (401: its Node or
+    /// service account deleted and made again, the signing key replaced) is replaced at once
+    /// instead of at its next renewal. 0: never.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = crate::node_token::PROBE_EVERY.as_secs(),
+        requires = "write_kubeconfig"
+    )]
+    pub node_token_check: u64,
 }
 
 /// The files the daemon keeps on the node: a kubeconfig from its service account, and plumb's
@@ -207,11 +218,14 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         None => None,
     };
     let kubeconfig = match &args.write_kubeconfig {
-        Some(path) => Some(KubeconfigWriter::new(
-            path.clone(),
-            args.service_account_dir.clone(),
-            |v| std::env::var(v).ok(),
-        )?),
+        Some(path) => Some(
+            KubeconfigWriter::new(path.clone(), args.service_account_dir.clone(), |v| {
+                std::env::var(v).ok()
+            })?
+            .checking_token_every(
+                Some(Duration::from_secs(args.node_token_check)).filter(|d| !d.is_zero()),
+            ),
+        ),
         None => None,
     };
     let files = NodeFiles {

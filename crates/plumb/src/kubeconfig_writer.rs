@@ -16,7 +16,7 @@
 //! and `KUBERNETES_SERVICE_PORT`, as Multus's.
 
 use std::path::{Path, PathBuf};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use cni::error::{CniError, ErrorCode};
 use serde_json::json;
@@ -45,6 +45,8 @@ pub struct KubeconfigWriter {
     written: bool,
     /// The token bound to the node, written in place of the pod's copy once issued.
     node_token: NodeToken,
+    /// How often the node-bound token in use is shown to the API server; never when `None`.
+    token_check: Option<Duration>,
     /// Why no node-bound token could be had, as last said.
     refused: Option<String>,
     /// What to say in the daemon's log besides the step (`take_notes`).
@@ -119,11 +121,19 @@ impl KubeconfigWriter {
             waiting: None,
             written: false,
             node_token: NodeToken::default(),
+            token_check: Some(crate::node_token::PROBE_EVERY),
             refused: None,
             notes: Vec::new(),
             looked_at_old: false,
             own_kubeconfig: None,
         })
+    }
+
+    /// Shows the node-bound token in use to the API server this often (`None`: never), instead
+    /// of every [`crate::node_token::PROBE_EVERY`].
+    pub fn checking_token_every(mut self, every: Option<Duration>) -> Self {
+        self.token_check = every;
+        self
     }
 
     /// The kubeconfig written.
@@ -179,6 +189,8 @@ impl KubeconfigWriter {
         }
         let event = self.node_token.poll(now);
         self.note(event, now);
+        let event = self.node_token.poll_probe();
+        self.note(event, now);
         if let Ok(pod) = &pod {
             let event = self.node_token.check(pod);
             self.note(event, now);
@@ -186,6 +198,9 @@ impl KubeconfigWriter {
         let step = self.write(now, pod_token);
         let written = matches!(step, Step::Same | Step::Wrote(_));
         self.written |= written;
+        if let (true, Some(every)) = (written, self.token_check) {
+            self.node_token.probe_if_due(now, every, &self.path);
+        }
         if written && self.node_token.due(now) {
             let event = match self.own_kubeconfig() {
                 Ok(own) => {

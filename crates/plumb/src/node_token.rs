@@ -18,6 +18,11 @@
 //! checking the signature: the API server checks the token when it is used, and the daemon
 //! needs no more than the names.
 //!
+//! A token can stop being taken before it expires (its Node or service account made again, the
+//! signing key replaced), and nothing the daemon does uses it: so the daemon shows it to the
+//! API server every few minutes ([`PROBE_EVERY`], a GET of `/version`, which needs no
+//! permission), and replaces one refused at once.
+//!
 //! Where no such token can be had (an older cluster, no grant to ask), the pod's token is copied
 //! as before, and the reason said once; a token in use stays until its last minutes. Times are
 //! kept on the monotonic clock: the node's wall clock may jump, and may differ from the API
@@ -42,6 +47,18 @@ const EXPIRY_MARGIN: Duration = Duration::from_secs(300);
 
 /// How long after a refusal the daemon asks again, and the least time between two requests.
 const RETRY: Duration = Duration::from_secs(60);
+
+/// How often, by default, the token in use is shown to the API server (`plumb daemon
+/// --node-token-check`). A token can stop being taken before it expires: its service account
+/// or its Node deleted and made again, the API server's service-account signing key replaced.
+/// Nothing the daemon itself does uses the token on the node (it runs its calls with its pod's
+/// own), so it would keep it until the next renewal, hours on, and the plugin's own calls,
+/// which use it exactly while no daemon runs, would fail with 401 all that time. A GET of
+/// `/version` per node every five minutes costs the API server nothing it would notice.
+pub const PROBE_EVERY: Duration = Duration::from_secs(300);
+
+/// How long one check of the token in use may wait on the API server.
+const PROBE_BUDGET: Duration = Duration::from_secs(10);
 
 /// Whom a service-account token names: the claims the API server puts in its tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +133,8 @@ pub struct Issued {
     pub usable_until: Instant,
     /// When to ask for the next.
     pub renew_at: Instant,
+    /// When it was last known to be taken: issued, or shown to the API server.
+    pub shown_at: Instant,
 }
 
 /// What the API server answered a TokenRequest: the token, when it expires by its clock, and
@@ -156,6 +175,7 @@ impl Issued {
             usable_until: asked + life - EXPIRY_MARGIN,
             // Each sixth of its life, never sooner than a retry.
             renew_at: asked + (life / 6).max(RETRY),
+            shown_at: asked,
         })
     }
 }
@@ -169,12 +189,16 @@ pub enum Event {
     Refused(String),
 }
 
-/// The daemon's node-bound token: the one in use, the request in flight, when to ask again.
+/// The daemon's node-bound token: the one in use, the request in flight, when to ask again,
+/// the check of the one in use in flight.
 #[derive(Debug, Default)]
 pub struct NodeToken {
     issued: Option<Issued>,
     pending: Option<mpsc::Receiver<Result<Issued, String>>>,
     next_try: Option<Instant>,
+    /// The token being shown to the API server, and whether it takes it (`Err`: no answer to
+    /// go by).
+    probing: Option<(String, mpsc::Receiver<Result<bool, String>>)>,
 }
 
 impl NodeToken {
@@ -262,6 +286,62 @@ impl NodeToken {
                 Some(Event::Refused(why))
             }
         }
+    }
+
+    /// Shows the token in use to the API server in the background, through `on_node` (the
+    /// kubeconfig written on the node, which names it: what the plugin's own calls use), once
+    /// `every` has passed since it was issued or last shown, unless a new one is being asked
+    /// for.
+    pub fn probe_if_due(&mut self, now: Instant, every: Duration, on_node: &Path) {
+        let Some(issued) = self.issued.as_mut() else {
+            return;
+        };
+        if now < issued.shown_at + every || self.probing.is_some() || self.pending.is_some() {
+            return;
+        }
+        issued.shown_at = now;
+        let (tx, rx) = mpsc::channel();
+        let kubeconfig = on_node.to_path_buf();
+        let spawned = std::thread::Builder::new()
+            .name("node-token-check".into())
+            .spawn(move || {
+                let accepted = KubeCluster::with_budget(&kubeconfig, PROBE_BUDGET)
+                    .and_then(|c| c.credentials_accepted())
+                    .map_err(|e| e.msg);
+                let _ = tx.send(accepted);
+            });
+        // No thread, no check: the next one comes in `every`.
+        if spawned.is_ok() {
+            self.probing = Some((issued.token.clone(), rx));
+        }
+    }
+
+    /// Takes in the answer of the check in flight, if it has come: a token the API server
+    /// refuses (401) is dropped, the pod's copy goes back, and a new one is asked for at once.
+    /// No answer (the API server down, failing) says nothing of the token: it stays.
+    pub fn poll_probe(&mut self) -> Option<Event> {
+        let (token, answer) = self.probing.as_ref()?;
+        let refused = match answer.try_recv() {
+            Err(mpsc::TryRecvError::Empty) => return None,
+            Ok(Ok(accepted)) => !accepted,
+            Ok(Err(_)) | Err(mpsc::TryRecvError::Disconnected) => false,
+        };
+        let token = token.clone();
+        self.probing = None;
+        // Only the token that was shown: a new one may have come meanwhile.
+        let issued = self
+            .issued
+            .as_ref()
+            .filter(|i| refused && i.token == token)?;
+        let why = format!(
+            "the API server refuses the token in use, bound to node {} (401 Unauthorized to GET \
+             /version: the Node or the service account {} deleted and made again, or the API \
+             server's service-account signing key replaced)",
+            issued.node, issued.service_account
+        );
+        self.issued = None;
+        self.next_try = None;
+        Some(Event::Refused(why))
     }
 
     /// Whether a request is due at `now`: none in use or it is time to renew, none in
@@ -491,7 +571,7 @@ pub(crate) mod tests {
         let mut t = NodeToken {
             issued: Some(issued.clone()),
             pending: Some(rx),
-            next_try: None,
+            ..NodeToken::default()
         };
         assert_eq!(t.poll(now), None, "nothing came yet");
         tx.send(Err("401 Unauthorized".into())).unwrap();
@@ -507,6 +587,64 @@ pub(crate) mod tests {
             t.poll(now),
             Some(Event::Refused("the request ended".into()))
         );
+    }
+
+    #[test]
+    fn the_token_in_use_is_shown_to_the_api_server_and_dropped_only_when_refused() {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let who = ("kube-system/plumb".to_string(), "node-1".to_string(), None);
+        let issued =
+            Issued::scheduled(("t".into(), wall + LIFETIME, None), who, now, wall).unwrap();
+        let mut t = NodeToken {
+            issued: Some(issued),
+            next_try: Some(now + RETRY),
+            ..NodeToken::default()
+        };
+        let every = Duration::from_secs(300);
+        let nowhere = Path::new("/nonexistent/plumb.kubeconfig");
+        // Not before `every` has passed since it was issued.
+        t.probe_if_due(now + every - Duration::from_secs(1), every, nowhere);
+        assert!(t.probing.is_none());
+        // Nor while a renewal is asked for: its answer replaces the token anyway.
+        let (_renewal, rx) = mpsc::channel();
+        t.pending = Some(rx);
+        t.probe_if_due(now + every, every, nowhere);
+        assert!(t.probing.is_none());
+        t.pending = None;
+        // No answer to go by (here no kubeconfig to ask with) keeps the token.
+        t.probe_if_due(now + every, every, nowhere);
+        assert_eq!(t.probing.as_ref().map(|p| p.0.as_str()), Some("t"));
+        assert_eq!(t.current(now).unwrap().shown_at, now + every);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while t.probing.is_some() && Instant::now() < deadline {
+            assert_eq!(t.poll_probe(), None);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(t.probing.is_none() && t.current(now).is_some());
+        // The next one comes `every` after the last.
+        t.probe_if_due(now + 2 * every - Duration::from_secs(1), every, nowhere);
+        assert!(t.probing.is_none());
+
+        let answered = |t: &mut NodeToken, token: &str, accepted: bool| {
+            let (tx, rx) = mpsc::channel();
+            tx.send(Ok(accepted)).unwrap();
+            t.probing = Some((token.to_string(), rx));
+            t.poll_probe()
+        };
+        assert_eq!(answered(&mut t, "t", true), None);
+        assert!(t.current(now).is_some());
+        // A refusal of a token replaced since it was shown says nothing of the new one.
+        assert_eq!(answered(&mut t, "older", false), None);
+        assert!(t.current(now).is_some());
+        let refused = answered(&mut t, "t", false);
+        assert!(
+            matches!(&refused, Some(Event::Refused(why))
+                if why.contains("refuses the token in use, bound to node node-1 (401")),
+            "{refused:?}"
+        );
+        assert_eq!(t.current(now), None, "the pod's copy goes back");
+        assert_eq!(t.next_try, None, "a new one is asked for at once");
+        assert!(t.due(now));
     }
 
     #[test]

@@ -1350,6 +1350,11 @@ fn pod_token(node: &str) -> String {
 /// the stand-in) and CA certificate in a directory of their own, as a pod mounts them; and the
 /// kubeconfig's path.
 fn keeping_a_kubeconfig(w: &Writing, token: &str) -> (Daemon, PathBuf) {
+    keeping_a_kubeconfig_with(w, token, &[])
+}
+
+/// [`keeping_a_kubeconfig`], the daemon given `more` arguments.
+fn keeping_a_kubeconfig_with(w: &Writing, token: &str, more: &[&str]) -> (Daemon, PathBuf) {
     let (c, sa) = (&w.c, w.c.node.path("serviceaccount"));
     fs::create_dir_all(&sa).unwrap();
     c.api.accept_token(token);
@@ -1364,13 +1369,15 @@ fn keeping_a_kubeconfig(w: &Writing, token: &str) -> (Daemon, PathBuf) {
         c.api.addr().ip().to_string(),
         c.api.addr().port().to_string(),
     );
+    let mut args = vec![
+        "--write-kubeconfig".as_ref(),
+        kubeconfig.as_os_str(),
+        "--service-account-dir".as_ref(),
+        sa.as_os_str(),
+    ];
+    args.extend(more.iter().map(std::ffi::OsStr::new));
     let daemon = w.start_with(
-        &[
-            "--write-kubeconfig".as_ref(),
-            kubeconfig.as_os_str(),
-            "--service-account-dir".as_ref(),
-            sa.as_os_str(),
-        ],
+        &args,
         &[
             ("KUBERNETES_SERVICE_HOST", &host),
             ("KUBERNETES_SERVICE_PORT", &port),
@@ -1515,6 +1522,95 @@ fn the_kubeconfigs_token_is_bound_to_the_node_and_outlives_the_daemons_pod() {
         token_requests()[0].bearer_token.as_deref(),
         Some(new_pod_token.as_str())
     );
+}
+
+#[test]
+fn a_token_bound_to_the_node_that_the_api_server_stops_taking_is_replaced_at_once() {
+    // The token on the node is used by the plugin's own calls, while no daemon runs; the
+    // daemon uses its pod's. One the API server stopped taking before it expired (its Node or
+    // service account made again, the signing key replaced) stayed until its renewal, hours
+    // on, and every call the plugin ran itself meanwhile failed with 401. The daemon now shows
+    // it to the API server (`--node-token-check`, every 5 minutes by default) and replaces a
+    // refused one at once.
+    let w = Writing::new(167);
+    let c = &w.c;
+    let pod_token = pod_token("node-167");
+    let (daemon, kubeconfig) =
+        keeping_a_kubeconfig_with(&w, &pod_token, &["--node-token-check", "1"]);
+    daemon.wait_for("with a token bound to node node-167");
+    let token_file = kubeconfig.parent().unwrap().join("token");
+    let first = c.api.issued_tokens()[0].token.clone();
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), first);
+
+    c.api.revoke_token(&first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        let issued = c.api.issued_tokens();
+        let on_node = fs::read_to_string(&token_file).unwrap();
+        if issued.len() == 2 && on_node == issued[1].token {
+            break on_node;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not replaced: {} issued; {}",
+            issued.len(),
+            daemon.said()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_ne!(second, first);
+    let said = daemon.wait_for("refuses the token in use");
+    assert!(
+        said.contains(
+            "no token bound to the node: the API server refuses the token in use, bound to node \
+             node-167 (401 Unauthorized to GET /version"
+        ),
+        "{said}"
+    );
+    // Shown with the token on the node itself, asking nothing that needs a permission.
+    let shown: Vec<_> = (c.api.requests().into_iter())
+        .filter(|r| r.bearer_token.as_deref() == Some(first.as_str()))
+        .map(|r| (r.method, r.path, r.status))
+        .collect();
+    assert!(!shown.is_empty());
+    assert!(
+        shown.iter().all(|(m, p, _)| m == "GET" && p == "/version"),
+        "{shown:?}"
+    );
+    assert!(
+        shown.iter().any(|(_, _, status)| *status == 401),
+        "{shown:?}"
+    );
+
+    // The daemon goes away (an upgrade): the plugin's own calls work, with the new token.
+    let (status, said) = daemon.stop();
+    assert!(status.success(), "{said}");
+    c.api.revoke_token(&pod_token);
+    c.api.clear_requests();
+    let uid = c.pod("default", "after", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let args = pod_args(("default", "after", &uid), "c-after");
+    for op in ["add", "del"] {
+        let out = from_conf_dir(c, &w.net_d, op, &ns, &args, "{}");
+        assert!(
+            out.status.success(),
+            "{op}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let requests = c.api.requests();
+    assert!(
+        !requests.is_empty()
+            && requests
+                .iter()
+                .all(|r| r.bearer_token.as_deref() == Some(second.as_str()) && r.status < 400),
+        "{:?}",
+        requests
+            .iter()
+            .map(|r| (&r.path, r.status))
+            .collect::<Vec<_>>()
+    );
+    c.assert_node_clean("after the pod");
 }
 
 #[test]
