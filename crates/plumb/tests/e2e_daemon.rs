@@ -16,7 +16,7 @@ use common::cluster::{Cluster, NETWORKS, pod_args};
 use common::daemon::Daemon;
 use common::{CniCall, err, ok};
 use serde_json::json;
-use testkit::kube_api::{Fault, FaultKind};
+use testkit::kube_api::{Fault, FaultKind, KubeApiOptions};
 use testkit::netns::Netns;
 
 /// `c`'s configuration with the daemon's socket named in it.
@@ -1085,7 +1085,12 @@ struct Writing {
 
 impl Writing {
     fn new(n: u8) -> Writing {
-        let c = Cluster::new(n);
+        Writing::with_api(n, KubeApiOptions::default())
+    }
+
+    /// [`Writing::new`], the API stand-in started with `opts`.
+    fn with_api(n: u8, opts: KubeApiOptions) -> Writing {
+        let c = Cluster::with_api(n, opts);
         let net_d = c.node.path("net.d");
         fs::create_dir_all(&net_d).unwrap();
         fs::write(
@@ -1611,6 +1616,55 @@ fn a_token_bound_to_the_node_that_the_api_server_stops_taking_is_replaced_at_onc
             .collect::<Vec<_>>()
     );
     c.assert_node_clean("after the pod");
+}
+
+#[test]
+fn a_node_registered_again_takes_the_token_bound_to_the_one_before_off_the_node() {
+    // The Node deleted and registered again (a cloud's node replaced under the same name): the
+    // API server no longer takes tokens bound to the one before, and refuses to bind one to
+    // it by its old UID (409), which the daemon's pod token names until the kubelet renews
+    // it. The refused token is taken off the node for the pod's copy, which works while the
+    // daemon's pod does, and why is said. The API server caps lifetimes at two hours here:
+    // the token is used for what it granted, not for the day asked.
+    let w = Writing::with_api(
+        166,
+        KubeApiOptions {
+            max_token_expiration: Some(7200),
+            ..KubeApiOptions::default()
+        },
+    );
+    let c = &w.c;
+    c.api.register_node("node-166", "node-uid");
+    let pod_token = pod_token("node-166");
+    let (daemon, kubeconfig) =
+        keeping_a_kubeconfig_with(&w, &pod_token, &["--node-token-check", "1"]);
+    let said = daemon.wait_for("with a token bound to node node-166");
+    // Two hours less the five minutes kept back, whole minutes, by the node's clock.
+    assert!(
+        ["114", "115"].iter().any(|m| said.contains(&format!(
+            "node-166 (serviceaccount kube-system/plumb, used for {m} min)"
+        ))),
+        "{said}"
+    );
+    let token_file = kubeconfig.parent().unwrap().join("token");
+    let first = c.api.issued_tokens()[0].token.clone();
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), first);
+
+    c.api.register_node("node-166", "node-uid-2");
+    let said = daemon.wait_for("does not match the UID in record");
+    assert!(
+        said.contains("no token bound to the node: the API server refuses the token in use")
+            && said.contains("no token bound to the node: Kubernetes API https://127.0.0.1:")
+            && said.contains(
+                "create a token of serviceaccount kube-system/plumb bound to node node-166: \
+                 Operation cannot be fulfilled on Node \"node-166\": the UID in the bound \
+                 object reference (node-uid) does not match the UID in record"
+            )
+            && said.contains("(409 Conflict)"),
+        "{said}"
+    );
+    assert_eq!(fs::read_to_string(&token_file).unwrap(), pod_token);
+    assert_eq!(c.api.issued_tokens().len(), 1);
 }
 
 #[test]

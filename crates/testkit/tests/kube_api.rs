@@ -1461,6 +1461,94 @@ async fn a_token_request_bound_to_a_node_issues_a_token_the_server_then_accepts(
     assert_eq!(api.issued_tokens().len(), 1);
 }
 
+#[tokio::test]
+async fn node_bound_tokens_follow_the_node_and_the_api_servers_lifetime_cap() {
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+    let api = KubeApi::start(KubeApiOptions {
+        max_token_expiration: Some(7200),
+        ..KubeApiOptions::default()
+    });
+    api.put(Resource::Pods, pod("default", "p1", json!({"app": "web"})));
+    let dir = tempfile::tempdir().unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(
+        client(&api, dir.path(), KubeconfigUser::Token).await,
+        "kube-system",
+    );
+    api.register_node("node-1", "uid-1");
+    let request = |uid: Option<&str>| TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(86_400),
+            bound_object_ref: Some(BoundObjectReference {
+                kind: Some("Node".into()),
+                name: Some("node-1".into()),
+                uid: uid.map(Into::into),
+                ..BoundObjectReference::default()
+            }),
+        },
+        ..TokenRequest::default()
+    };
+    let create = |uid: Option<&'static str>| {
+        let accounts = accounts.clone();
+        async move {
+            accounts
+                .create_token_request("plumb", &PostParams::default(), &request(uid))
+                .await
+        }
+    };
+    // A day asked, two hours granted: the answer's spec says so, and the expiry follows.
+    let issued = create(Some("uid-1")).await.expect("a token");
+    assert_eq!(issued.spec.expiration_seconds, Some(7200));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let left = issued
+        .status
+        .as_ref()
+        .unwrap()
+        .expiration_timestamp
+        .0
+        .as_second()
+        - now;
+    assert!((7190..=7200).contains(&left), "{left}");
+    let tokens = api.issued_tokens();
+    assert_eq!(
+        (tokens[0].expiration_seconds, tokens[0].bound_uid.as_deref()),
+        (7200, Some("uid-1"))
+    );
+    // No UID named: the registered Node's.
+    create(None).await.expect("a token");
+    assert_eq!(api.issued_tokens()[1].bound_uid.as_deref(), Some("uid-1"));
+    // Registered again with another UID: the old tokens are refused, a reference naming the
+    // old UID is a conflict, and one naming the new UID is granted.
+    let old = issued.status.unwrap().token;
+    let token_file = dir.path().join("issued");
+    std::fs::write(&token_file, &old).unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(
+        client(&api, dir.path(), KubeconfigUser::TokenFile(&token_file)).await,
+    );
+    pods.get("p1").await.expect("taken before");
+    api.register_node("node-1", "uid-2");
+    assert_eq!(api_status(pods.get("p1").await.unwrap_err()).code, 401);
+    let e = api_status(create(Some("uid-1")).await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"), "{e:?}");
+    assert!(
+        e.message.starts_with(
+            "Operation cannot be fulfilled on Node \"node-1\": the UID in the bound object \
+             reference (uid-1) does not match the UID in record"
+        ),
+        "{e:?}"
+    );
+    create(Some("uid-2"))
+        .await
+        .expect("a token for the new Node");
+    assert_eq!(api.issued_tokens().len(), 3);
+}
+
 /// Standard padded base64, decoded (the test's own, to read what the stand-in wrote).
 fn decode_base64(s: &str) -> Vec<u8> {
     let value = |c: u8| match c {

@@ -78,6 +78,10 @@ pub struct KubeApiOptions {
     /// behind a proxy that does not speak HTTP/2. Plain HTTP is always HTTP/1.1. Default
     /// `true`.
     pub http2: bool,
+    /// The API server's `--service-account-max-token-expiration`, in seconds: a TokenRequest
+    /// asking for longer is granted this long (its answer's `spec.expirationSeconds` says so).
+    /// Default `None`: what is asked.
+    pub max_token_expiration: Option<u64>,
 }
 
 impl Default for KubeApiOptions {
@@ -89,6 +93,7 @@ impl Default for KubeApiOptions {
             allow_anonymous: false,
             bookmark_interval: Duration::from_secs(60),
             http2: true,
+            max_token_expiration: None,
         }
     }
 }
@@ -137,6 +142,8 @@ impl KubeApi {
             tokens: Mutex::new(opts.tokens),
             issued: Mutex::new(Vec::new()),
             service_account_uids: Mutex::new(std::collections::BTreeMap::new()),
+            node_uids: Mutex::new(std::collections::BTreeMap::new()),
+            max_token_expiration: opts.max_token_expiration,
             faults: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
             logged: Condvar::new(),
@@ -242,6 +249,27 @@ impl KubeApi {
     pub fn set_service_account_uid(&self, namespace: &str, name: &str, uid: &str) {
         lock(&self.shared.service_account_uids)
             .insert((namespace.to_owned(), name.to_owned()), uid.to_owned());
+    }
+
+    /// Registers the Node `name` with `uid`, as the kubelet does. A Node registered again with
+    /// another UID (deleted and made again) is another object: the tokens bound to the one
+    /// before are refused from now on (401), and a TokenRequest naming its old UID gets 409.
+    /// Nodes never registered are not checked.
+    pub fn register_node(&self, name: &str, uid: &str) {
+        let before = lock(&self.shared.node_uids).insert(name.to_owned(), uid.to_owned());
+        if before.is_none_or(|b| b == uid) {
+            return;
+        }
+        let bound_before: Vec<String> = (lock(&self.shared.issued).iter())
+            .filter(|t| {
+                t.bound
+                    .as_ref()
+                    .is_some_and(|(k, n)| k == "Node" && n == name)
+                    && t.bound_uid.as_deref() != Some(uid)
+            })
+            .map(|t| t.token.clone())
+            .collect();
+        lock(&self.shared.tokens).retain(|t| !bound_before.contains(t));
     }
 
     /// Stops accepting a token: requests carrying it get 401 from now on.

@@ -45,6 +45,10 @@ pub(crate) struct Shared {
     pub issued: Mutex<Vec<super::tokens::IssuedToken>>,
     /// The UID of each service account (namespace, name) tokens were issued for.
     pub service_account_uids: Mutex<std::collections::BTreeMap<(String, String), String>>,
+    /// The UID of each Node registered ([`super::KubeApi::register_node`]).
+    pub node_uids: Mutex<std::collections::BTreeMap<String, String>>,
+    /// The longest lifetime a TokenRequest is granted, in seconds.
+    pub max_token_expiration: Option<u64>,
     pub faults: Mutex<Vec<Fault>>,
     pub log: Mutex<Vec<LoggedRequest>>,
     /// Signalled after each log entry, for `KubeApi::wait_for_request`.

@@ -90,6 +90,21 @@ impl ApiError {
         )
     }
 
+    /// A 409 on an object of a resource the stand-in does not serve (`kind` as the API server
+    /// names its group-resource there: the TokenRequest registry says `Node`).
+    pub fn conflict_on(kind: &str, name: &str, why: &str) -> Self {
+        let message = format!(
+            "Operation cannot be fulfilled on {kind} {}: {why}",
+            quote(name)
+        );
+        let details = Details {
+            name: name.to_owned(),
+            kind: kind.to_owned(),
+            ..Details::default()
+        };
+        Self::new(409, "Conflict", message, Some(details))
+    }
+
     /// What the authentication filter answers when no authenticator accepted the request.
     pub fn unauthorized() -> Self {
         Self::new(401, "Unauthorized", "Unauthorized", None)

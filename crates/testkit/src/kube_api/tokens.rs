@@ -4,7 +4,10 @@
 //! does (201 with the request, its status holding the token and when it expires), accepts the
 //! token from then on, and keeps each issued token for the tests to read
 //! ([`super::KubeApi::issued_tokens`]). The service account itself is not checked: the stand-in
-//! serves none.
+//! serves none. A Node bound to is checked when it was registered
+//! ([`super::KubeApi::register_node`]): a reference naming another UID gets 409, as the API
+//! server answers for an object deleted and made again. A lifetime asked for past the API
+//! server's cap (`KubeApiOptions::max_token_expiration`) is shortened to it.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -23,7 +26,10 @@ pub struct IssuedToken {
     pub service_account: String,
     /// The bound object's kind and name, if the request named one.
     pub bound: Option<(String, String)>,
-    /// The lifetime asked for (the API server's default, an hour, when none was).
+    /// The bound object's UID, if the request named an object.
+    pub bound_uid: Option<String>,
+    /// The lifetime granted: the one asked for (the API server's default, an hour, when none
+    /// was), within the API server's cap.
     pub expiration_seconds: u64,
     pub token: String,
 }
@@ -52,7 +58,7 @@ pub(crate) fn create(
             }],
         )
     };
-    let expiration_seconds = match &spec["expirationSeconds"] {
+    let asked = match &spec["expirationSeconds"] {
         Value::Null => 3600,
         v => v.as_u64().filter(|s| *s >= MIN_EXPIRATION).ok_or_else(|| {
             invalid(
@@ -61,6 +67,9 @@ pub(crate) fn create(
             )
         })?,
     };
+    let expiration_seconds = shared
+        .max_token_expiration
+        .map_or(asked, |cap| asked.min(cap));
     let bound = match &spec["boundObjectRef"] {
         Value::Null => None,
         r => {
@@ -82,12 +91,31 @@ pub(crate) fn create(
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    // The bound object's UID, as the API server reads it from the object: the one the
-    // request names (the stand-in keeps no Nodes to check it against), else a new one.
-    let bound_uid = spec["boundObjectRef"]["uid"]
+    // The bound object's UID, as the API server reads it from the object: a registered
+    // Node's, which the request may name only rightly (`token.go`); else the one the request
+    // names, else a new one.
+    let named = spec["boundObjectRef"]["uid"]
         .as_str()
-        .filter(|u| !u.is_empty())
-        .map_or_else(new_uid, str::to_owned);
+        .filter(|u| !u.is_empty());
+    let registered = match &bound {
+        Some((kind, node)) if kind == "Node" => lock(&shared.node_uids).get(node).cloned(),
+        _ => None,
+    };
+    let bound_uid = match (registered, named) {
+        (Some(is), Some(named)) if is != named => {
+            let node = bound.as_ref().map_or("", |b| b.1.as_str());
+            return Err(ApiError::conflict_on(
+                "Node",
+                node,
+                &format!(
+                    "the UID in the bound object reference ({named}) does not match the UID in \
+                     record. The object might have been deleted and then recreated"
+                ),
+            ));
+        }
+        (Some(is), _) => is,
+        (None, named) => named.map_or_else(new_uid, str::to_owned),
+    };
     let bound_with_uid = bound
         .as_ref()
         .map(|(k, n)| (k.as_str(), n.as_str(), bound_uid.as_str()));
@@ -106,6 +134,7 @@ pub(crate) fn create(
     lock(&shared.issued).push(IssuedToken {
         namespace: ns.to_owned(),
         service_account: name.to_owned(),
+        bound_uid: bound.as_ref().map(|_| bound_uid.clone()),
         bound,
         expiration_seconds,
         token: token.clone(),
