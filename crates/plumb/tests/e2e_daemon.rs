@@ -1391,6 +1391,47 @@ fn keeping_a_kubeconfig_with(w: &Writing, token: &str, more: &[&str]) -> (Daemon
     (daemon, kubeconfig)
 }
 
+/// The daemon stops and its pod's token (`pod_token`) is refused, as when its pod is deleted;
+/// then a pod is attached and detached by the plugin itself (thin mode), every request it
+/// makes carrying `on_node` (the token written on the node) and answered.
+fn daemon_gone_then_a_pod_with_the_token_on_the_node(
+    w: &Writing,
+    daemon: Daemon,
+    pod_token: &str,
+    on_node: &str,
+) {
+    let c = &w.c;
+    let (status, said) = daemon.stop();
+    assert!(status.success(), "{said}");
+    c.api.revoke_token(pod_token);
+    c.api.clear_requests();
+    let uid = c.pod("default", "meanwhile", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let args = pod_args(("default", "meanwhile", &uid), "c-meanwhile");
+    for op in ["add", "del"] {
+        let out = from_conf_dir(c, &w.net_d, op, &ns, &args, "{}");
+        assert!(
+            out.status.success(),
+            "{op}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!forwarded(&out));
+    }
+    let requests = c.api.requests();
+    assert!(!requests.is_empty());
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.bearer_token.as_deref() == Some(on_node) && r.status < 400),
+        "{:?}",
+        requests
+            .iter()
+            .map(|r| (&r.path, r.status))
+            .collect::<Vec<_>>()
+    );
+    c.assert_node_clean("after the pod");
+}
+
 #[test]
 fn the_kubeconfigs_token_is_bound_to_the_node_and_outlives_the_daemons_pod() {
     // The copied token was the daemon pod's, which the API server refuses once that pod is
@@ -1475,37 +1516,9 @@ fn the_kubeconfigs_token_is_bound_to_the_node_and_outlives_the_daemons_pod() {
         "{rules}"
     );
 
-    // The upgrade: the daemon stops, its pod is deleted, and the pod's token is refused.
-    let (status, said) = daemon.stop();
-    assert!(status.success(), "{said}");
-    c.api.revoke_token(&pod_token);
-    c.api.clear_requests();
-    // A pod started meanwhile: the plugin runs its calls itself, with the node's token.
-    let uid = c.pod("default", "meanwhile", json!({NETWORKS: "net-a"}));
-    let ns = Netns::new();
-    let args = pod_args(("default", "meanwhile", &uid), "c-meanwhile");
-    for op in ["add", "del"] {
-        let out = from_conf_dir(c, &w.net_d, op, &ns, &args, "{}");
-        assert!(
-            out.status.success(),
-            "{op}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(!forwarded(&out));
-    }
-    let requests = c.api.requests();
-    assert!(!requests.is_empty());
-    assert!(
-        requests
-            .iter()
-            .all(|r| r.bearer_token.as_deref() == Some(issued.token.as_str()) && r.status < 400),
-        "{:?}",
-        requests
-            .iter()
-            .map(|r| (&r.path, r.status))
-            .collect::<Vec<_>>()
-    );
-    c.assert_node_clean("after the pod");
+    // The upgrade: the daemon stops, its pod is deleted, and the pod's token is refused. A
+    // pod started meanwhile: the plugin runs its calls itself, with the node's token.
+    daemon_gone_then_a_pod_with_the_token_on_the_node(&w, daemon, &pod_token, &issued.token);
 
     // The new daemon's pod cannot get a token (its manifest lost the Role, say): the one on
     // the node is kept, not overwritten by the new pod's copy, which would not outlive it.
@@ -1588,34 +1601,7 @@ fn a_token_bound_to_the_node_that_the_api_server_stops_taking_is_replaced_at_onc
     );
 
     // The daemon goes away (an upgrade): the plugin's own calls work, with the new token.
-    let (status, said) = daemon.stop();
-    assert!(status.success(), "{said}");
-    c.api.revoke_token(&pod_token);
-    c.api.clear_requests();
-    let uid = c.pod("default", "after", json!({NETWORKS: "net-a"}));
-    let ns = Netns::new();
-    let args = pod_args(("default", "after", &uid), "c-after");
-    for op in ["add", "del"] {
-        let out = from_conf_dir(c, &w.net_d, op, &ns, &args, "{}");
-        assert!(
-            out.status.success(),
-            "{op}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let requests = c.api.requests();
-    assert!(
-        !requests.is_empty()
-            && requests
-                .iter()
-                .all(|r| r.bearer_token.as_deref() == Some(second.as_str()) && r.status < 400),
-        "{:?}",
-        requests
-            .iter()
-            .map(|r| (&r.path, r.status))
-            .collect::<Vec<_>>()
-    );
-    c.assert_node_clean("after the pod");
+    daemon_gone_then_a_pod_with_the_token_on_the_node(&w, daemon, &pod_token, &second);
 }
 
 #[test]
