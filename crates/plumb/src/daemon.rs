@@ -88,9 +88,10 @@ pub struct Args {
     #[arg(long, default_value = SERVICE_ACCOUNT_DIR, requires = "write_kubeconfig")]
     pub service_account_dir: PathBuf,
     /// How often, in seconds, the token bound to the node that `--write-kubeconfig` keeps is
-    /// shown to the API server (a GET of `/version` with it); one it refuses (401: its Node or
-    /// service account deleted and made again, the signing key replaced) is replaced at once
-    /// instead of at its next renewal. 0: never.
+    /// shown to the API server (a GET of `/version` with it). Refused (401: its Node or service
+    /// account deleted and made again, the signing key replaced), a new one is asked for at
+    /// once instead of at its next renewal, and one refused twice in a row (a minute apart at
+    /// most) is taken off the node for the pod's copy. 0: never.
     #[arg(
         long,
         value_name = "SECONDS",
@@ -441,23 +442,33 @@ fn listen(
 }
 
 /// A listening socket beside `path`, at `<path>.<pid>.new`, or at `<path>.<random>.new` when
-/// that name is taken (another daemon that is the same PID in its own PID namespace, or one
-/// killed between its bind and its rename).
+/// that name is taken by another daemon that is the same PID in its own PID namespace. A name
+/// left by a daemon killed between its bind and its rename (nothing listens on it, and it is
+/// older than [`LEFTOVER_AGE`]: a daemon binding it now would have just made it) is removed
+/// and taken.
 fn bind_new(path: &Path) -> Result<(PathBuf, tokio::net::UnixListener), CniError> {
     use std::hash::BuildHasher;
 
-    let mut suffix = std::process::id();
-    // Taken eight times over is no coincidence: said, with the names to look at.
-    for attempt in 0..8u32 {
+    let named = |suffix: &str| {
         let mut name = path.as_os_str().to_owned();
         name.push(format!(".{suffix}.new"));
-        let new = PathBuf::from(name);
+        PathBuf::from(name)
+    };
+    let pid = named(&std::process::id().to_string());
+    if is_leftover(&pid) {
+        let _ = std::fs::remove_file(&pid);
+    }
+    let mut new = pid;
+    // Taken eight times over is no coincidence: said, with the names to look at.
+    for attempt in 0..8u32 {
         match tokio::net::UnixListener::bind(&new) {
             Ok(listener) => return Ok((new, listener)),
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                // std's hasher keys come from the OS's random source, per process.
-                // A u32, as a PID: the name is no longer than sockaddr_un allows a PID's.
-                suffix = std::hash::RandomState::new().hash_one(attempt) as u32;
+                // std's hasher keys come from the OS's random source, per process. Seven hex
+                // digits, no longer than a PID's decimal (pid_max is at most 4194304): a path
+                // short enough for sockaddr_un with a PID is with these.
+                let random = std::hash::RandomState::new().hash_one(attempt) & 0xfff_ffff;
+                new = named(&format!("{random:07x}"));
             }
             Err(e) => {
                 return Err(socket_error(
@@ -472,11 +483,29 @@ fn bind_new(path: &Path) -> Result<(PathBuf, tokio::net::UnixListener), CniError
         path,
         "cannot listen beside it",
         &format!(
-            "eight names {}.*.new were taken: leftovers of killed daemons; remove them while \
-             no daemon starts",
+            "eight names {}.*.new were taken, each by a daemon starting or by a file of that \
+             name: look at what made them",
             path.display()
         ),
     ))
+}
+
+/// How old a `.new` socket nothing listens on must be to be taken for a killed daemon's.
+const LEFTOVER_AGE: Duration = Duration::from_secs(60);
+
+/// Whether `new` is a socket that a daemon killed before its rename left: nothing listens on
+/// it, and it was made over [`LEFTOVER_AGE`] ago.
+fn is_leftover(new: &Path) -> bool {
+    let Ok(m) = std::fs::symlink_metadata(new) else {
+        return false;
+    };
+    let old = (m.modified().ok())
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > LEFTOVER_AGE);
+    m.file_type().is_socket()
+        && old
+        && std::os::unix::net::UnixStream::connect(new)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 
 /// Whether `path` still names the socket this daemon bound (device and inode `ours`).
@@ -861,6 +890,45 @@ mod tests {
         assert_eq!(beside.len(), 2, "{beside:?}");
         std::fs::rename(&others, &socket).unwrap();
         assert!(!is_ours(&socket, ours));
+    }
+
+    #[test]
+    fn a_socket_a_killed_daemon_left_beside_the_path_is_taken_once_a_minute_old() {
+        // A daemon that is PID 1 killed between its bind and its rename left
+        // `<socket>.1.new`, which nothing listens on: the next PID-1 daemon takes that name
+        // again rather than leaving it there for good. One just made is a daemon starting.
+        let d = tempfile::tempdir().unwrap();
+        let socket = d.path().join("plumb.sock");
+        let left = d
+            .path()
+            .join(format!("plumb.sock.{}.new", std::process::id()));
+        drop(std::os::unix::net::UnixListener::bind(&left).unwrap());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let uid = nix::unistd::geteuid().as_raw();
+        let (listener, _, _) = listen(&socket, uid).unwrap();
+        assert!(
+            left.exists(),
+            "a socket made just now was taken for a leftover"
+        );
+        drop(listener);
+        std::fs::remove_file(&socket).unwrap();
+        let aged = std::process::Command::new("touch")
+            .args(["-h", "-d", "2 minutes ago"])
+            .arg(&left)
+            .status()
+            .unwrap();
+        assert!(aged.success());
+        let (_listener, ours, _) = listen(&socket, uid).unwrap();
+        assert!(is_ours(&socket, ours));
+        let beside: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(beside, [std::ffi::OsString::from("plumb.sock")]);
     }
 
     #[test]

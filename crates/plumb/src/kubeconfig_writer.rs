@@ -31,7 +31,7 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 const CREDENTIALS: [&str; 2] = ["token", "ca.crt"];
 
 /// The most of a token or certificate read: a token is 1-2 KiB, a CA bundle a few.
-const MAX_CREDENTIAL: u64 = 1 << 20;
+pub(crate) const MAX_CREDENTIAL: u64 = 1 << 20;
 
 /// Writes and keeps a kubeconfig and the credentials it names.
 #[derive(Debug)]
@@ -189,7 +189,8 @@ impl KubeconfigWriter {
         }
         let event = self.node_token.poll(now);
         self.note(event, now);
-        let event = self.node_token.poll_probe();
+        let every = self.token_check.unwrap_or(crate::node_token::PROBE_EVERY);
+        let event = self.node_token.poll_probe(now, every);
         self.note(event, now);
         if let Ok(pod) = &pod {
             let event = self.node_token.check(pod);
@@ -275,6 +276,9 @@ impl KubeconfigWriter {
                 self.refused = Some(why);
             }
             Some(Event::Issued) => self.refused = None,
+            Some(Event::Doubted(said)) => {
+                self.notes.push(format!("{}: {said}", self.path.display()))
+            }
             _ => {}
         }
     }

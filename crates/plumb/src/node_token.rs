@@ -21,7 +21,8 @@
 //! A token can stop being taken before it expires (its Node or service account made again, the
 //! signing key replaced), and nothing the daemon does uses it: so the daemon shows it to the
 //! API server every few minutes ([`PROBE_EVERY`], a GET of `/version`, which needs no
-//! permission), and replaces one refused at once.
+//! permission): refused, a new one is asked for at once, and one refused twice in a row is
+//! taken off the node.
 //!
 //! Where no such token can be had (an older cluster, no grant to ask), the pod's token is copied
 //! as before, and the reason said once; a token in use stays until its last minutes. Times are
@@ -35,6 +36,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 
 use crate::cluster::KubeCluster;
+use crate::kubeconfig_writer::MAX_CREDENTIAL;
 
 /// How long a token is asked to last: a day covers a daemon that is away for hours (an
 /// upgrade, a crash loop). The API server may give less (its
@@ -133,7 +135,7 @@ pub struct Issued {
     pub usable_until: Instant,
     /// When to ask for the next.
     pub renew_at: Instant,
-    /// When it was last known to be taken: issued, or shown to the API server.
+    /// When it was issued, or last shown to the API server (whatever the answer).
     pub shown_at: Instant,
 }
 
@@ -187,6 +189,8 @@ pub enum Event {
     Issued,
     /// None could be had, for this reason.
     Refused(String),
+    /// The one in use was refused once; what to say.
+    Doubted(String),
 }
 
 /// The daemon's node-bound token: the one in use, the request in flight, when to ask again,
@@ -196,10 +200,18 @@ pub struct NodeToken {
     issued: Option<Issued>,
     pending: Option<mpsc::Receiver<Result<Issued, String>>>,
     next_try: Option<Instant>,
-    /// The token being shown to the API server, and whether it takes it (`Err`: no answer to
-    /// go by).
-    probing: Option<(String, mpsc::Receiver<Result<bool, String>>)>,
+    /// The token being shown to the API server, and the answer to come: the token the file on
+    /// the node held throughout (`None`: it changed), and whether the API server takes it
+    /// (`Err`: no answer to go by).
+    probing: Option<(String, mpsc::Receiver<Probed>)>,
+    /// The token in use that one check found refused, to be dropped if the next one does too.
+    doubted: Option<String>,
+    /// When to show the token in use again, sooner than the usual interval (after a refusal).
+    recheck_at: Option<Instant>,
 }
+
+/// What a check of the token in use found: the token shown, and whether it was taken.
+type Probed = (Option<String>, Result<bool, String>);
 
 impl NodeToken {
     /// The token to write at `now`: the one issued, unless it is (nearly) expired.
@@ -262,6 +274,8 @@ impl NodeToken {
             issued.node
         );
         self.issued = None;
+        self.doubted = None;
+        self.recheck_at = None;
         self.next_try = None;
         Some(Event::Refused(why))
     }
@@ -277,6 +291,9 @@ impl NodeToken {
         match answer {
             Ok(issued) => {
                 self.issued = Some(issued);
+                // A doubt was about the token before, and so was the check it asked for.
+                self.doubted = None;
+                self.recheck_at = None;
                 Some(Event::Issued)
             }
             // The token in use stays until it expires: a refusal of the pod's own token (401,
@@ -290,25 +307,38 @@ impl NodeToken {
 
     /// Shows the token in use to the API server in the background, through `on_node` (the
     /// kubeconfig written on the node, which names it: what the plugin's own calls use), once
-    /// `every` has passed since it was issued or last shown, unless a new one is being asked
-    /// for.
+    /// `every` has passed since it was last shown (or issued), or sooner when a check it failed
+    /// asked for another; unless a new one is being asked for.
     pub fn probe_if_due(&mut self, now: Instant, every: Duration, on_node: &Path) {
         let Some(issued) = self.issued.as_mut() else {
             return;
         };
-        if now < issued.shown_at + every || self.probing.is_some() || self.pending.is_some() {
+        // `checked_add`: a huge `--node-token-check` is "never", not a panic.
+        let due = (issued.shown_at.checked_add(every))
+            .into_iter()
+            .chain(self.recheck_at)
+            .any(|at| now >= at);
+        if !due || self.probing.is_some() || self.pending.is_some() {
             return;
         }
         issued.shown_at = now;
+        self.recheck_at = None;
         let (tx, rx) = mpsc::channel();
         let kubeconfig = on_node.to_path_buf();
+        let token_file = on_node.with_file_name("token");
         let spawned = std::thread::Builder::new()
             .name("node-token-check".into())
             .spawn(move || {
+                // The file as it was before and after: another daemon taking over writes its
+                // own token there, and the answer must be about the one this daemon wrote.
+                let read = || cni::files::read_bounded(&token_file, MAX_CREDENTIAL).ok();
+                let before = read();
                 let accepted = KubeCluster::with_budget(&kubeconfig, PROBE_BUDGET)
                     .and_then(|c| c.credentials_accepted())
                     .map_err(|e| e.msg);
-                let _ = tx.send(accepted);
+                let shown = before.filter(|b| read().as_ref() == Some(b));
+                let shown = shown.map(|t| String::from_utf8_lossy(&t).trim().to_string());
+                let _ = tx.send((shown, accepted));
             });
         // No thread, no check: the next one comes in `every`.
         if spawned.is_ok() {
@@ -316,32 +346,62 @@ impl NodeToken {
         }
     }
 
-    /// Takes in the answer of the check in flight, if it has come: a token the API server
-    /// refuses (401) is dropped, the pod's copy goes back, and a new one is asked for at once.
-    /// No answer (the API server down, failing) says nothing of the token: it stays.
-    pub fn poll_probe(&mut self) -> Option<Event> {
+    /// Takes in the answer of the check in flight, if it has come, at `now`; `every` is how
+    /// often the token is shown. No answer (the API server down, failing) says nothing of the
+    /// token: it stays. A first refusal (401) may be the API server's own trouble (it answers
+    /// 401 when it cannot look the Node or the service account up): a new token is asked for
+    /// at once, the one in use stays, and it is shown again within a minute. Refused again,
+    /// it is dropped: the pod's copy goes back.
+    pub fn poll_probe(&mut self, now: Instant, every: Duration) -> Option<Event> {
         let (token, answer) = self.probing.as_ref()?;
-        let refused = match answer.try_recv() {
+        let (shown, accepted) = match answer.try_recv() {
             Err(mpsc::TryRecvError::Empty) => return None,
-            Ok(Ok(accepted)) => !accepted,
-            Ok(Err(_)) | Err(mpsc::TryRecvError::Disconnected) => false,
+            Ok(answer) => answer,
+            Err(mpsc::TryRecvError::Disconnected) => (None, Err("the check ended".into())),
         };
         let token = token.clone();
         self.probing = None;
-        // Only the token that was shown: a new one may have come meanwhile.
-        let issued = self
-            .issued
-            .as_ref()
-            .filter(|i| refused && i.token == token)?;
-        let why = format!(
-            "the API server refuses the token in use, bound to node {} (401 Unauthorized to GET \
-             /version: the Node or the service account {} deleted and made again, or the API \
-             server's service-account signing key replaced)",
-            issued.node, issued.service_account
+        // Only about the token that was shown, still the one in use: a new one may have come
+        // meanwhile, or the file may have held another daemon's.
+        let issued = self.issued.as_mut().filter(|i| i.token == token)?;
+        if shown.as_deref() != Some(token.as_str()) {
+            return None;
+        }
+        match accepted {
+            Ok(true) => {
+                self.doubted = None;
+                return None;
+            }
+            Ok(false) => {}
+            Err(_) => return None,
+        }
+        let why = |again: &str| {
+            format!(
+                "the API server refuses the token in use, bound to node {} (401 Unauthorized to \
+                 GET /version{again}: the Node or the service account {} deleted and made \
+                 again, the API server's service-account signing key replaced, or the API \
+                 server unable to look them up)",
+                issued.node, issued.service_account
+            )
+        };
+        if self.doubted.as_deref() == Some(token.as_str()) {
+            let why = why(", twice");
+            self.issued = None;
+            self.doubted = None;
+            self.next_try = None;
+            return Some(Event::Refused(why));
+        }
+        let recheck = every.min(RETRY);
+        let said = format!(
+            "{}; asked for a new one; it stays in use unless refused again in {} s",
+            why(""),
+            recheck.as_secs()
         );
-        self.issued = None;
+        issued.renew_at = now;
+        self.doubted = Some(token);
         self.next_try = None;
-        Some(Event::Refused(why))
+        self.recheck_at = Some(now + recheck);
+        Some(Event::Doubted(said))
     }
 
     /// Whether a request is due at `now`: none in use or it is time to renew, none in
@@ -590,7 +650,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_token_in_use_is_shown_to_the_api_server_and_dropped_only_when_refused() {
+    fn the_token_in_use_is_shown_to_the_api_server_and_dropped_when_refused_twice() {
         let (now, wall) = (Instant::now(), SystemTime::now());
         let who = ("kube-system/plumb".to_string(), "node-1".to_string(), None);
         let issued =
@@ -617,30 +677,49 @@ pub(crate) mod tests {
         assert_eq!(t.current(now).unwrap().shown_at, now + every);
         let deadline = Instant::now() + Duration::from_secs(10);
         while t.probing.is_some() && Instant::now() < deadline {
-            assert_eq!(t.poll_probe(), None);
+            assert_eq!(t.poll_probe(now + every, every), None);
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(t.probing.is_none() && t.current(now).is_some());
-        // The next one comes `every` after the last.
+        // The next one comes `every` after the last; a huge `every` is never, not a panic.
         t.probe_if_due(now + 2 * every - Duration::from_secs(1), every, nowhere);
+        t.probe_if_due(now + 2 * every, Duration::MAX, nowhere);
         assert!(t.probing.is_none());
 
-        let answered = |t: &mut NodeToken, token: &str, accepted: bool| {
+        let answered = |t: &mut NodeToken, at: Instant, shown: (&str, &str), taken| {
             let (tx, rx) = mpsc::channel();
-            tx.send(Ok(accepted)).unwrap();
-            t.probing = Some((token.to_string(), rx));
-            t.poll_probe()
+            tx.send((Some(shown.1.to_string()), Ok(taken))).unwrap();
+            t.probing = Some((shown.0.to_string(), rx));
+            t.poll_probe(at, every)
         };
-        assert_eq!(answered(&mut t, "t", true), None);
+        let later = now + 2 * every;
+        assert_eq!(answered(&mut t, later, ("t", "t"), true), None);
         assert!(t.current(now).is_some());
-        // A refusal of a token replaced since it was shown says nothing of the new one.
-        assert_eq!(answered(&mut t, "older", false), None);
-        assert!(t.current(now).is_some());
-        let refused = answered(&mut t, "t", false);
+        // A refusal of a token replaced since it was shown, or of another daemon's token
+        // found in the file on the node, says nothing of this one.
+        assert_eq!(answered(&mut t, later, ("older", "older"), false), None);
+        assert_eq!(answered(&mut t, later, ("t", "another's"), false), None);
+        assert!(t.current(now).is_some() && t.doubted.is_none());
+        // Refused once (the API server may be unable to look the Node up): a new one is
+        // asked for at once, this one stays, and it is shown again within a minute.
+        let once = answered(&mut t, later, ("t", "t"), false);
         assert!(
-            matches!(&refused, Some(Event::Refused(why))
-                if why.contains("refuses the token in use, bound to node node-1 (401")),
-            "{refused:?}"
+            matches!(&once, Some(Event::Doubted(said))
+                if said.contains("refuses the token in use, bound to node node-1 (401")
+                    && said.ends_with("it stays in use unless refused again in 60 s")),
+            "{once:?}"
+        );
+        assert!(t.current(later).is_some() && t.due(later));
+        assert_eq!(t.recheck_at, Some(later + RETRY));
+        // Taken at the next check: the doubt is gone.
+        assert_eq!(answered(&mut t, later, ("t", "t"), true), None);
+        assert!(t.doubted.is_none());
+        // Refused twice in a row: dropped, the pod's copy goes back, a new one asked for.
+        answered(&mut t, later, ("t", "t"), false);
+        let twice = answered(&mut t, later + RETRY, ("t", "t"), false);
+        assert!(
+            matches!(&twice, Some(Event::Refused(why)) if why.contains("GET /version, twice")),
+            "{twice:?}"
         );
         assert_eq!(t.current(now), None, "the pod's copy goes back");
         assert_eq!(t.next_try, None, "a new one is asked for at once");
