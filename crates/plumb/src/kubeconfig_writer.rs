@@ -22,16 +22,13 @@ use cni::error::{CniError, ErrorCode};
 use serde_json::json;
 
 use crate::conf_writer::Step;
-use crate::node_token::{Event, NodeToken};
+use crate::node_token::{Event, MAX_CREDENTIAL, NodeToken};
 
 /// Where a pod finds its service account's token and CA certificate.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// The service account's files copied beside the kubeconfig, under their own names.
 const CREDENTIALS: [&str; 2] = ["token", "ca.crt"];
-
-/// The most of a token or certificate read: a token is 1-2 KiB, a CA bundle a few.
-pub(crate) const MAX_CREDENTIAL: u64 = 1 << 20;
 
 /// Writes and keeps a kubeconfig and the credentials it names.
 #[derive(Debug)]
@@ -200,7 +197,9 @@ impl KubeconfigWriter {
         let written = matches!(step, Step::Same | Step::Wrote(_));
         self.written |= written;
         if let (true, Some(every)) = (written, self.token_check) {
-            self.node_token.probe_if_due(now, every, &self.path);
+            let token = self.path.with_file_name(CREDENTIALS[0]);
+            self.node_token
+                .probe_if_due(now, every, (&self.path, &token));
         }
         if written && self.node_token.due(now) {
             let event = match self.own_kubeconfig() {

@@ -36,7 +36,6 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 
 use crate::cluster::KubeCluster;
-use crate::kubeconfig_writer::MAX_CREDENTIAL;
 
 /// How long a token is asked to last: a day covers a daemon that is away for hours (an
 /// upgrade, a crash loop). The API server may give less (its
@@ -46,6 +45,9 @@ pub const LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// A token is not used in its last minutes: a call that reads it then must not meet its
 /// expiry, whose time the node's clock may have a little wrong.
 const EXPIRY_MARGIN: Duration = Duration::from_secs(300);
+
+/// The most of a token or certificate read: a token is 1-2 KiB, a CA bundle a few.
+pub const MAX_CREDENTIAL: u64 = 1 << 20;
 
 /// How long after a refusal the daemon asks again, and the least time between two requests.
 const RETRY: Duration = Duration::from_secs(60);
@@ -306,10 +308,10 @@ impl NodeToken {
     }
 
     /// Shows the token in use to the API server in the background, through `on_node` (the
-    /// kubeconfig written on the node, which names it: what the plugin's own calls use), once
-    /// `every` has passed since it was last shown (or issued), or sooner when a check it failed
-    /// asked for another; unless a new one is being asked for.
-    pub fn probe_if_due(&mut self, now: Instant, every: Duration, on_node: &Path) {
+    /// kubeconfig written on the node, and the token file it names: what the plugin's own
+    /// calls use), once `every` has passed since it was last shown (or issued), or sooner when
+    /// a check it failed asked for another; unless a new one is being asked for.
+    pub fn probe_if_due(&mut self, now: Instant, every: Duration, on_node: (&Path, &Path)) {
         let Some(issued) = self.issued.as_mut() else {
             return;
         };
@@ -324,8 +326,7 @@ impl NodeToken {
         issued.shown_at = now;
         self.recheck_at = None;
         let (tx, rx) = mpsc::channel();
-        let kubeconfig = on_node.to_path_buf();
-        let token_file = on_node.with_file_name("token");
+        let (kubeconfig, token_file) = (on_node.0.to_path_buf(), on_node.1.to_path_buf());
         let spawned = std::thread::Builder::new()
             .name("node-token-check".into())
             .spawn(move || {
@@ -661,7 +662,10 @@ pub(crate) mod tests {
             ..NodeToken::default()
         };
         let every = Duration::from_secs(300);
-        let nowhere = Path::new("/nonexistent/plumb.kubeconfig");
+        let nowhere = (
+            Path::new("/nonexistent/plumb.kubeconfig"),
+            Path::new("/nonexistent/token"),
+        );
         // Not before `every` has passed since it was issued.
         t.probe_if_due(now + every - Duration::from_secs(1), every, nowhere);
         assert!(t.probing.is_none());
