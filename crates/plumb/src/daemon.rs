@@ -855,6 +855,28 @@ fn call(
 mod tests {
     use super::*;
 
+    /// A directory for the daemon's socket `plumb.sock`, the name `plumb.sock.<pid>.new` a
+    /// daemon of this PID binds beside it, and a runtime entered (listen needs one).
+    fn beside_a_socket() -> (tempfile::TempDir, PathBuf, PathBuf, tokio::runtime::Runtime) {
+        let d = tempfile::tempdir().unwrap();
+        let socket = d.path().join("plumb.sock");
+        let pid_new = d
+            .path()
+            .join(format!("plumb.sock.{}.new", std::process::id()));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        (d, socket, pid_new, rt)
+    }
+
+    /// The names in `dir`.
+    fn names_in(dir: &Path) -> Vec<std::ffi::OsString> {
+        (std::fs::read_dir(dir).unwrap())
+            .map(|e| e.unwrap().file_name())
+            .collect()
+    }
+
     #[test]
     fn a_daemon_starting_beside_another_of_the_same_pid_leaves_its_socket_alone() {
         // Two daemons of a DaemonSet's surge, each PID 1 of its container, start at once: the
@@ -862,15 +884,7 @@ mod tests {
         // Removing that name made its rename take this daemon's socket, which this daemon then
         // did not find at its own name (its start failed), and the other one served a socket
         // nobody could reach.
-        let d = tempfile::tempdir().unwrap();
-        let socket = d.path().join("plumb.sock");
-        let others = d
-            .path()
-            .join(format!("plumb.sock.{}.new", std::process::id()));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let (d, socket, others, rt) = beside_a_socket();
         let _guard = rt.enter();
         let _other = std::os::unix::net::UnixListener::bind(&others).unwrap();
         let (listener, ours, replaced) = listen(&socket, nix::unistd::geteuid().as_raw()).unwrap();
@@ -883,10 +897,7 @@ mod tests {
         assert!(accepted.is_ok());
         // Nothing of this daemon is left beside the path; the other's rename still works (and
         // then this daemon sees that it lost the path).
-        let beside: Vec<_> = std::fs::read_dir(d.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let beside = names_in(d.path());
         assert_eq!(beside.len(), 2, "{beside:?}");
         std::fs::rename(&others, &socket).unwrap();
         assert!(!is_ours(&socket, ours));
@@ -897,16 +908,8 @@ mod tests {
         // A daemon that is PID 1 killed between its bind and its rename left
         // `<socket>.1.new`, which nothing listens on: the next PID-1 daemon takes that name
         // again rather than leaving it there for good. One just made is a daemon starting.
-        let d = tempfile::tempdir().unwrap();
-        let socket = d.path().join("plumb.sock");
-        let left = d
-            .path()
-            .join(format!("plumb.sock.{}.new", std::process::id()));
+        let (d, socket, left, rt) = beside_a_socket();
         drop(std::os::unix::net::UnixListener::bind(&left).unwrap());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
         let _guard = rt.enter();
         let uid = nix::unistd::geteuid().as_raw();
         let (listener, _, _) = listen(&socket, uid).unwrap();
@@ -924,11 +927,7 @@ mod tests {
         assert!(aged.success());
         let (_listener, ours, _) = listen(&socket, uid).unwrap();
         assert!(is_ours(&socket, ours));
-        let beside: Vec<_> = std::fs::read_dir(d.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(beside, [std::ffi::OsString::from("plumb.sock")]);
+        assert_eq!(names_in(d.path()), [std::ffi::OsString::from("plumb.sock")]);
     }
 
     #[test]

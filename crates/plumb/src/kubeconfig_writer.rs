@@ -177,17 +177,14 @@ impl KubeconfigWriter {
             && let Ok(pod) = &pod
         {
             self.looked_at_old = true;
-            let on_node = self.path.parent().map(|d| d.join("token"));
-            let old = on_node.map(|f| cni::files::read_bounded(&f, MAX_CREDENTIAL));
-            if let Some(Ok(old)) = old {
+            if let Ok(old) = cni::files::read_bounded(&self.token_on_node(), MAX_CREDENTIAL) {
                 self.node_token
                     .adopt(&String::from_utf8_lossy(&old), pod, (now, wall));
             }
         }
         let event = self.node_token.poll(now);
         self.note(event, now);
-        let every = self.token_check.unwrap_or(crate::node_token::PROBE_EVERY);
-        let event = self.node_token.poll_probe(now, every);
+        let event = self.node_token.poll_probe();
         self.note(event, now);
         if let Ok(pod) = &pod {
             let event = self.node_token.check(pod);
@@ -197,7 +194,7 @@ impl KubeconfigWriter {
         let written = matches!(step, Step::Same | Step::Wrote(_));
         self.written |= written;
         if let (true, Some(every)) = (written, self.token_check) {
-            let token = self.path.with_file_name(CREDENTIALS[0]);
+            let token = self.token_on_node();
             self.node_token
                 .probe_if_due(now, every, (&self.path, &token));
         }
@@ -212,6 +209,11 @@ impl KubeconfigWriter {
             self.note(event, now);
         }
         step.said_once(&mut self.waiting)
+    }
+
+    /// The token written beside the kubeconfig, which the kubeconfig names.
+    fn token_on_node(&self) -> PathBuf {
+        self.path.with_file_name(CREDENTIALS[0])
     }
 
     /// The service account's file `name`, bounded, not empty; or what is wrong with it.

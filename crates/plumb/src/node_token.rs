@@ -139,6 +139,9 @@ pub struct Issued {
     pub renew_at: Instant,
     /// When it was issued, or last shown to the API server (whatever the answer).
     pub shown_at: Instant,
+    /// Whether the last check found it refused: it is shown again within a minute, and
+    /// dropped if refused again.
+    pub doubted: bool,
 }
 
 /// What the API server answered a TokenRequest: the token, when it expires by its clock, and
@@ -180,6 +183,7 @@ impl Issued {
             // Each sixth of its life, never sooner than a retry.
             renew_at: asked + (life / 6).max(RETRY),
             shown_at: asked,
+            doubted: false,
         })
     }
 }
@@ -202,14 +206,10 @@ pub struct NodeToken {
     issued: Option<Issued>,
     pending: Option<mpsc::Receiver<Result<Issued, String>>>,
     next_try: Option<Instant>,
-    /// The token being shown to the API server, and the answer to come: the token the file on
-    /// the node held throughout (`None`: it changed), and whether the API server takes it
-    /// (`Err`: no answer to go by).
-    probing: Option<(String, mpsc::Receiver<Probed>)>,
-    /// The token in use that one check found refused, to be dropped if the next one does too.
-    doubted: Option<String>,
-    /// When to show the token in use again, sooner than the usual interval (after a refusal).
-    recheck_at: Option<Instant>,
+    /// The token being shown to the API server, how often it is shown, and the answer to
+    /// come: the token the file on the node held throughout (`None`: it changed), and whether
+    /// the API server takes it (`Err`: no answer to go by).
+    probing: Option<(String, Duration, mpsc::Receiver<Probed>)>,
 }
 
 /// What a check of the token in use found: the token shown, and whether it was taken.
@@ -276,8 +276,6 @@ impl NodeToken {
             issued.node
         );
         self.issued = None;
-        self.doubted = None;
-        self.recheck_at = None;
         self.next_try = None;
         Some(Event::Refused(why))
     }
@@ -293,9 +291,6 @@ impl NodeToken {
         match answer {
             Ok(issued) => {
                 self.issued = Some(issued);
-                // A doubt was about the token before, and so was the check it asked for.
-                self.doubted = None;
-                self.recheck_at = None;
                 Some(Event::Issued)
             }
             // The token in use stays until it expires: a refusal of the pod's own token (401,
@@ -307,24 +302,31 @@ impl NodeToken {
         }
     }
 
+    /// When the token in use is to be shown to the API server next: `every` after it was
+    /// issued or last shown, or within a minute of a check that found it refused. `None`: no
+    /// token in use, or never (a huge `--node-token-check`).
+    fn next_check(&self, every: Duration) -> Option<Instant> {
+        let issued = self.issued.as_ref()?;
+        let interval = if issued.doubted {
+            every.min(RETRY)
+        } else {
+            every
+        };
+        issued.shown_at.checked_add(interval)
+    }
+
     /// Shows the token in use to the API server in the background, through `on_node` (the
     /// kubeconfig written on the node, and the token file it names: what the plugin's own
-    /// calls use), once `every` has passed since it was last shown (or issued), or sooner when
-    /// a check it failed asked for another; unless a new one is being asked for.
+    /// calls use), when [`NodeToken::next_check`] says, unless a new one is being asked for.
     pub fn probe_if_due(&mut self, now: Instant, every: Duration, on_node: (&Path, &Path)) {
-        let Some(issued) = self.issued.as_mut() else {
-            return;
-        };
-        // `checked_add`: a huge `--node-token-check` is "never", not a panic.
-        let due = (issued.shown_at.checked_add(every))
-            .into_iter()
-            .chain(self.recheck_at)
-            .any(|at| now >= at);
+        let due = self.next_check(every).is_some_and(|at| now >= at);
         if !due || self.probing.is_some() || self.pending.is_some() {
             return;
         }
+        let Some(issued) = self.issued.as_mut() else {
+            return;
+        };
         issued.shown_at = now;
-        self.recheck_at = None;
         let (tx, rx) = mpsc::channel();
         let (kubeconfig, token_file) = (on_node.0.to_path_buf(), on_node.1.to_path_buf());
         let spawned = std::thread::Builder::new()
@@ -343,24 +345,23 @@ impl NodeToken {
             });
         // No thread, no check: the next one comes in `every`.
         if spawned.is_ok() {
-            self.probing = Some((issued.token.clone(), rx));
+            self.probing = Some((issued.token.clone(), every, rx));
         }
     }
 
-    /// Takes in the answer of the check in flight, if it has come, at `now`; `every` is how
-    /// often the token is shown. No answer (the API server down, failing) says nothing of the
-    /// token: it stays. A first refusal (401) may be the API server's own trouble (it answers
-    /// 401 when it cannot look the Node or the service account up): a new token is asked for
-    /// at once, the one in use stays, and it is shown again within a minute. Refused again,
-    /// it is dropped: the pod's copy goes back.
-    pub fn poll_probe(&mut self, now: Instant, every: Duration) -> Option<Event> {
-        let (token, answer) = self.probing.as_ref()?;
+    /// Takes in the answer of the check in flight, if it has come. No answer (the API server
+    /// down, failing) says nothing of the token: it stays. A first refusal (401) may be the
+    /// API server's own trouble (it answers 401 when it cannot look the Node or the service
+    /// account up): a new token is asked for at once, the one in use stays, and it is shown
+    /// again within a minute. Refused again, it is dropped: the pod's copy goes back.
+    pub fn poll_probe(&mut self) -> Option<Event> {
+        let (token, every, answer) = self.probing.as_ref()?;
         let (shown, accepted) = match answer.try_recv() {
             Err(mpsc::TryRecvError::Empty) => return None,
             Ok(answer) => answer,
             Err(mpsc::TryRecvError::Disconnected) => (None, Err("the check ended".into())),
         };
-        let token = token.clone();
+        let (token, every) = (token.clone(), *every);
         self.probing = None;
         // Only about the token that was shown, still the one in use: a new one may have come
         // meanwhile, or the file may have held another daemon's.
@@ -370,7 +371,7 @@ impl NodeToken {
         }
         match accepted {
             Ok(true) => {
-                self.doubted = None;
+                issued.doubted = false;
                 return None;
             }
             Ok(false) => {}
@@ -385,23 +386,21 @@ impl NodeToken {
                 issued.node, issued.service_account
             )
         };
-        if self.doubted.as_deref() == Some(token.as_str()) {
+        if issued.doubted {
             let why = why(", twice");
             self.issued = None;
-            self.doubted = None;
             self.next_try = None;
             return Some(Event::Refused(why));
         }
-        let recheck = every.min(RETRY);
         let said = format!(
             "{}; asked for a new one; it stays in use unless refused again in {} s",
             why(""),
-            recheck.as_secs()
+            every.min(RETRY).as_secs()
         );
-        issued.renew_at = now;
-        self.doubted = Some(token);
+        // Renewed at once: due since the check began.
+        issued.renew_at = issued.shown_at;
+        issued.doubted = true;
         self.next_try = None;
-        self.recheck_at = Some(now + recheck);
         Some(Event::Doubted(said))
     }
 
@@ -509,6 +508,17 @@ pub(crate) mod tests {
         t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()
     }
 
+    /// Token "t" of kube-system/plumb bound to node-1 (with `node_uid`), issued at `now` (the
+    /// wall clock then `wall`) for a day.
+    fn a_days_token(node_uid: Option<&str>, now: Instant, wall: SystemTime) -> Issued {
+        let who = (
+            "kube-system/plumb".to_string(),
+            "node-1".to_string(),
+            node_uid.map(str::to_string),
+        );
+        Issued::scheduled(("t".into(), wall + LIFETIME, None), who, now, wall).unwrap()
+    }
+
     #[test]
     fn a_tokens_claims_name_the_service_account_the_node_and_the_pod() {
         assert_eq!(
@@ -611,9 +621,7 @@ pub(crate) mod tests {
         );
         // A token in use that is not due: nothing asked.
         let wall = SystemTime::now();
-        let who = ("kube-system/plumb".to_string(), "node-1".to_string(), None);
-        let issued =
-            Issued::scheduled(("t".into(), wall + LIFETIME, None), who, now, wall).unwrap();
+        let issued = a_days_token(None, now, wall);
         let mut t = NodeToken {
             issued: Some(issued),
             ..NodeToken::default()
@@ -625,9 +633,7 @@ pub(crate) mod tests {
     #[test]
     fn a_refusal_is_said_and_the_token_in_use_kept_until_it_expires() {
         let (now, wall) = (Instant::now(), SystemTime::now());
-        let who = ("kube-system/plumb".to_string(), "node-1".to_string(), None);
-        let issued =
-            Issued::scheduled(("t".into(), wall + LIFETIME, None), who, now, wall).unwrap();
+        let issued = a_days_token(None, now, wall);
         let (tx, rx) = mpsc::channel();
         let mut t = NodeToken {
             issued: Some(issued.clone()),
@@ -653,9 +659,7 @@ pub(crate) mod tests {
     #[test]
     fn the_token_in_use_is_shown_to_the_api_server_and_dropped_when_refused_twice() {
         let (now, wall) = (Instant::now(), SystemTime::now());
-        let who = ("kube-system/plumb".to_string(), "node-1".to_string(), None);
-        let issued =
-            Issued::scheduled(("t".into(), wall + LIFETIME, None), who, now, wall).unwrap();
+        let issued = a_days_token(None, now, wall);
         let mut t = NodeToken {
             issued: Some(issued),
             next_try: Some(now + RETRY),
@@ -681,7 +685,7 @@ pub(crate) mod tests {
         assert_eq!(t.current(now).unwrap().shown_at, now + every);
         let deadline = Instant::now() + Duration::from_secs(10);
         while t.probing.is_some() && Instant::now() < deadline {
-            assert_eq!(t.poll_probe(now + every, every), None);
+            assert_eq!(t.poll_probe(), None);
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(t.probing.is_none() && t.current(now).is_some());
@@ -690,23 +694,24 @@ pub(crate) mod tests {
         t.probe_if_due(now + 2 * every, Duration::MAX, nowhere);
         assert!(t.probing.is_none());
 
-        let answered = |t: &mut NodeToken, at: Instant, shown: (&str, &str), taken| {
+        let answered = |t: &mut NodeToken, shown: (&str, &str), taken| {
             let (tx, rx) = mpsc::channel();
             tx.send((Some(shown.1.to_string()), Ok(taken))).unwrap();
-            t.probing = Some((shown.0.to_string(), rx));
-            t.poll_probe(at, every)
+            t.probing = Some((shown.0.to_string(), every, rx));
+            t.poll_probe()
         };
         let later = now + 2 * every;
-        assert_eq!(answered(&mut t, later, ("t", "t"), true), None);
+        let doubted = |t: &NodeToken| t.current(now).is_some_and(|i| i.doubted);
+        assert_eq!(answered(&mut t, ("t", "t"), true), None);
         assert!(t.current(now).is_some());
         // A refusal of a token replaced since it was shown, or of another daemon's token
         // found in the file on the node, says nothing of this one.
-        assert_eq!(answered(&mut t, later, ("older", "older"), false), None);
-        assert_eq!(answered(&mut t, later, ("t", "another's"), false), None);
-        assert!(t.current(now).is_some() && t.doubted.is_none());
+        assert_eq!(answered(&mut t, ("older", "older"), false), None);
+        assert_eq!(answered(&mut t, ("t", "another's"), false), None);
+        assert!(t.current(now).is_some() && !doubted(&t));
         // Refused once (the API server may be unable to look the Node up): a new one is
         // asked for at once, this one stays, and it is shown again within a minute.
-        let once = answered(&mut t, later, ("t", "t"), false);
+        let once = answered(&mut t, ("t", "t"), false);
         assert!(
             matches!(&once, Some(Event::Doubted(said))
                 if said.contains("refuses the token in use, bound to node node-1 (401")
@@ -714,13 +719,14 @@ pub(crate) mod tests {
             "{once:?}"
         );
         assert!(t.current(later).is_some() && t.due(later));
-        assert_eq!(t.recheck_at, Some(later + RETRY));
+        // Within a minute of the check that found it refused (it began at now + every).
+        assert_eq!(t.next_check(every), Some(now + every + RETRY));
         // Taken at the next check: the doubt is gone.
-        assert_eq!(answered(&mut t, later, ("t", "t"), true), None);
-        assert!(t.doubted.is_none());
+        assert_eq!(answered(&mut t, ("t", "t"), true), None);
+        assert!(!doubted(&t));
         // Refused twice in a row: dropped, the pod's copy goes back, a new one asked for.
-        answered(&mut t, later, ("t", "t"), false);
-        let twice = answered(&mut t, later + RETRY, ("t", "t"), false);
+        answered(&mut t, ("t", "t"), false);
+        let twice = answered(&mut t, ("t", "t"), false);
         assert!(
             matches!(&twice, Some(Event::Refused(why)) if why.contains("GET /version, twice")),
             "{twice:?}"
@@ -775,13 +781,7 @@ pub(crate) mod tests {
     #[test]
     fn a_token_of_the_node_before_it_registered_again_is_dropped_for_the_copy() {
         let (now, wall) = (Instant::now(), SystemTime::now());
-        let bound = (
-            "kube-system/plumb".to_string(),
-            "node-1".to_string(),
-            Some("6a1c".to_string()),
-        );
-        let issued =
-            Issued::scheduled(("t".into(), wall + LIFETIME, None), bound, now, wall).unwrap();
+        let issued = a_days_token(Some("6a1c"), now, wall);
         let mut t = NodeToken {
             issued: Some(issued),
             next_try: Some(now + RETRY),
