@@ -40,6 +40,14 @@ pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Whether the regular file `path` holds exactly `bytes`: whether a file a daemon keeps needs
+/// writing again. Read as [`read_bounded`], no further than `bytes` go, so that whatever took
+/// its place (a FIFO, a device, a huge file) is found different at once, to be replaced by the
+/// caller's atomic rename, and never holds the daemon's loop.
+pub fn holds(path: &Path, bytes: &[u8]) -> bool {
+    read_bounded(path, bytes.len() as u64).is_ok_and(|held| held == bytes)
+}
+
 /// Whether `file`, once open, is a regular file (it may not be what a check of its path saw);
 /// `InvalidData` saying what it is otherwise.
 pub fn regular(file: &File) -> io::Result<()> {

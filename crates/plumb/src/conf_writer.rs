@@ -255,10 +255,10 @@ impl ConfWriter {
         let mut bytes = serde_json::to_vec_pretty(&list).expect("JSON values serialize");
         bytes.push(b'\n');
         let path = self.output();
-        let before = std::fs::read(&path).ok();
-        if before.as_deref() == Some(&bytes[..]) {
+        if cni::files::holds(&path, &bytes) {
             return Step::Same;
         }
+        let changed = path.symlink_metadata().is_ok();
         // A `00-multus.conf` left by a migration comes first by name: the runtime would go
         // on calling Multus and never read this file.
         let first: Vec<String> = skipped
@@ -289,7 +289,7 @@ impl ConfWriter {
             Ok(()) => Step::Wrote(format!(
                 "the default network is {name} ({}){}{warning}",
                 conf["name"].as_str().unwrap_or("unnamed"),
-                if before.is_some() { ", changed" } else { "" }
+                if changed { ", changed" } else { "" }
             )),
             // The error names the file already.
             Err(e) => Step::Waiting(e.msg),
@@ -315,7 +315,7 @@ impl ConfWriter {
                 ))
                 .collect::<String>()
         );
-        let Ok(bytes) = std::fs::read(&path) else {
+        let Ok(bytes) = cni::files::read_bounded(&path, MAX_CONF_FILE) else {
             return Step::Waiting(none);
         };
         let ours = serde_json::from_slice::<Value>(&bytes)
@@ -534,6 +534,28 @@ mod tests {
 
     fn bridge(name: &str, version: &str) -> Value {
         json!({"cniVersion": version, "name": name, "type": "bridge", "bridge": "cni0"})
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_plumbs_file_is_replaced_without_waiting() {
+        // Looked at every second on the daemon's serving thread: a FIFO read there held every
+        // call the daemon served.
+        let (mut w, _d) = writer(json!({}), None);
+        put(&w, "10-bridge.conf", &bridge("cbr0", "1.0.0"));
+        nix::unistd::mkfifo(&w.output(), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let step = w.step();
+            let _ = tx.send((step, written(&w)));
+        });
+        let (step, conf) = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the step waited on a FIFO");
+        assert!(
+            matches!(&step, Step::Wrote(why) if why.ends_with("(cbr0), changed")),
+            "{step:?}"
+        );
+        assert_eq!(conf["name"], NETWORK_NAME);
     }
 
     #[test]

@@ -242,7 +242,7 @@ impl KubeconfigWriter {
             &self.service_account.join("token").to_string_lossy(),
         );
         let bytes = kubeconfig.to_string().into_bytes();
-        if std::fs::read(&own).ok() != Some(bytes.clone()) {
+        if !cni::files::holds(&own, &bytes) {
             cni::cache::write_atomic(&own, &bytes).map_err(|e| {
                 format!(
                     "{} (the daemon needs a writable temporary directory: with \
@@ -313,7 +313,7 @@ impl KubeconfigWriter {
             .chain(std::iter::once((file_name, &kubeconfig)))
         {
             let path = dir.join(&name);
-            if std::fs::read(&path).ok().as_ref() == Some(bytes) {
+            if cni::files::holds(&path, bytes) {
                 continue;
             }
             if let Err(e) = cni::cache::write_durable(&path, bytes) {
@@ -366,6 +366,38 @@ mod tests {
             "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
             _ => None,
         }
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_a_written_file_is_replaced_without_waiting() {
+        // The writer looks at the files every second on the daemon's serving thread: a FIFO
+        // read there (a stray mkfifo, or root's mistake) held every call the daemon served.
+        let d = tempfile::tempdir().unwrap();
+        let sa = d.path().join("sa");
+        std::fs::create_dir(&sa).unwrap();
+        std::fs::write(sa.join("token"), "t1").unwrap();
+        std::fs::write(sa.join("ca.crt"), "CA").unwrap();
+        let path = d.path().join("plumb.d/plumb.kubeconfig");
+        let mut w = KubeconfigWriter::new(path.clone(), sa, env("10.0.0.1")).unwrap();
+        assert!(matches!(w.step(), Step::Wrote(_)));
+        let token = d.path().join("plumb.d/token");
+        for f in [&token, &path] {
+            std::fs::remove_file(f).unwrap();
+            nix::unistd::mkfifo(f, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(w.step());
+        });
+        let step = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the step waited on a FIFO");
+        assert!(
+            matches!(&step, Step::Wrote(why) if why.starts_with("token, plumb.kubeconfig from")),
+            "{step:?}"
+        );
+        assert_eq!(std::fs::read(&token).unwrap(), b"t1");
+        assert!(std::fs::metadata(&path).unwrap().is_file());
     }
 
     #[test]

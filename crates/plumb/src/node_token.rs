@@ -238,14 +238,16 @@ impl NodeToken {
             && same(&found.service_account_uid, &pod.service_account_uid)
             && node.0 == pod_node.0
             && same(&node.1, &pod_node.1);
-        let Some(exp) = found.expires.filter(|_| matches) else {
+        // The file's claims are not signed: an `exp` past what the clock can hold (a corrupt
+        // file) is not adopted; added unchecked it panicked at every start of the daemon.
+        let Some(expires) = found
+            .expires
+            .filter(|_| matches)
+            .and_then(|exp| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(exp)))
+        else {
             return;
         };
-        let grant = (
-            token.to_string(),
-            SystemTime::UNIX_EPOCH + Duration::from_secs(exp),
-            None,
-        );
+        let grant = (token.to_string(), expires, None);
         let bound = (
             format!("{}/{}", found.namespace, found.service_account),
             node.0.clone(),
@@ -776,6 +778,10 @@ pub(crate) mod tests {
             None
         );
         assert_eq!(adopted("opaque"), None);
+        // Nor one whose expiry the clock cannot hold (a corrupt file): not a panic.
+        for exp in [u64::MAX, 1 << 63] {
+            assert_eq!(adopted(&jwt(&claims(Some("node-1"), false, exp))), None);
+        }
     }
 
     #[test]
