@@ -260,6 +260,13 @@ impl KubeconfigWriter {
         match event {
             Some(Event::Refused(why)) if self.refused.as_ref() != Some(&why) => {
                 let note = match self.node_token.current(now) {
+                    // Refused once: its end is the next check, not its expiry.
+                    Some(in_use) if in_use.doubted => format!(
+                        "{}: no new token bound to the node: {why}; the one written, which the \
+                         API server refused once, stays in use unless refused again at its next \
+                         check, then a copy of the pod's",
+                        self.path.display()
+                    ),
                     Some(in_use) => format!(
                         "{}: no new token bound to the node: {why}; the one written stays in use \
                          for {} min more, then a copy of the pod's",
@@ -278,6 +285,11 @@ impl KubeconfigWriter {
             }
             Some(Event::Issued) => self.refused = None,
             Some(Event::Doubted(said)) => {
+                self.notes.push(format!("{}: {said}", self.path.display()));
+                // The new request's answer is said, even if an earlier one said the same.
+                self.refused = None;
+            }
+            Some(Event::Unchecked(said)) => {
                 self.notes.push(format!("{}: {said}", self.path.display()))
             }
             _ => {}
@@ -497,6 +509,17 @@ mod tests {
         w.note(Some(Event::Issued), now);
         w.note(refused("503"), now);
         assert_eq!(w.take_notes().len(), 1);
+        // The token in use refused once: the new request's refusal is said though said
+        // before, and with the end the next check may bring, not its expiry.
+        w.note(Some(Event::Doubted("refused once".into())), now);
+        w.note(refused("503"), now);
+        let notes = w.take_notes();
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert_eq!(notes[0], "/d/plumb.kubeconfig: refused once");
+        assert!(
+            notes[1].starts_with("/d/plumb.kubeconfig: no token bound to the node: 503;"),
+            "{notes:?}"
+        );
     }
 
     #[test]

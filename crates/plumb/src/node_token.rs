@@ -197,6 +197,11 @@ pub enum Event {
     Refused(String),
     /// The one in use was refused once; what to say.
     Doubted(String),
+    /// The one in use could not be shown to the API server (no answer, an answer that is
+    /// neither a yes nor a 401, a kubeconfig that cannot be used); why. Said once per reason
+    /// until an answer comes: a check that never works leaves a revoked token in use until
+    /// its renewal, and the operator should know.
+    Unchecked(String),
 }
 
 /// The daemon's node-bound token: the one in use, the request in flight, when to ask again,
@@ -210,6 +215,8 @@ pub struct NodeToken {
     /// come: the token the file on the node held throughout (`None`: it changed), and whether
     /// the API server takes it (`Err`: no answer to go by).
     probing: Option<(String, Duration, mpsc::Receiver<Probed>)>,
+    /// Why the last checks could not be made, as last said ([`Event::Unchecked`]).
+    unchecked: Option<String>,
 }
 
 /// What a check of the token in use found: the token shown, and whether it was taken.
@@ -374,10 +381,20 @@ impl NodeToken {
         match accepted {
             Ok(true) => {
                 issued.doubted = false;
+                self.unchecked = None;
                 return None;
             }
-            Ok(false) => {}
-            Err(_) => return None,
+            Ok(false) => self.unchecked = None,
+            Err(why) if self.unchecked.as_ref() == Some(&why) => return None,
+            Err(why) => {
+                self.unchecked = Some(why.clone());
+                return Some(Event::Unchecked(format!(
+                    "cannot show the token in use, bound to node {}, to the API server: {why}; \
+                     it stays in use, and is shown again in {} s",
+                    issued.node,
+                    every.as_secs()
+                )));
+            }
         }
         let why = |again: &str| {
             format!(
@@ -681,16 +698,28 @@ pub(crate) mod tests {
         t.probe_if_due(now + every, every, nowhere);
         assert!(t.probing.is_none());
         t.pending = None;
-        // No answer to go by (here no kubeconfig to ask with) keeps the token.
-        t.probe_if_due(now + every, every, nowhere);
+        // No answer to go by (here no kubeconfig to ask with) keeps the token, and says why
+        // the check could not be made.
+        let d = tempfile::tempdir().unwrap();
+        let token_file = d.path().join("token");
+        std::fs::write(&token_file, "t").unwrap();
+        t.probe_if_due(now + every, every, (nowhere.0, &token_file));
         assert_eq!(t.probing.as_ref().map(|p| p.0.as_str()), Some("t"));
         assert_eq!(t.current(now).unwrap().shown_at, now + every);
         let deadline = Instant::now() + Duration::from_secs(10);
+        let mut said = None;
         while t.probing.is_some() && Instant::now() < deadline {
-            assert_eq!(t.poll_probe(), None);
+            said = said.or(t.poll_probe());
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(t.probing.is_none() && t.current(now).is_some());
+        assert!(
+            matches!(&said, Some(Event::Unchecked(why))
+                if why.starts_with("cannot show the token in use, bound to node node-1, to the API server: ")
+                    && why.contains("/nonexistent/plumb.kubeconfig")
+                    && why.ends_with("it stays in use, and is shown again in 300 s")),
+            "{said:?}"
+        );
         // The next one comes `every` after the last; a huge `every` is never, not a panic.
         t.probe_if_due(now + 2 * every - Duration::from_secs(1), every, nowhere);
         t.probe_if_due(now + 2 * every, Duration::MAX, nowhere);
@@ -704,6 +733,24 @@ pub(crate) mod tests {
         };
         let later = now + 2 * every;
         let doubted = |t: &NodeToken| t.current(now).is_some_and(|i| i.doubted);
+        // Why a check could not be made is said once per reason, and again after an answer.
+        let failed = |t: &mut NodeToken, why: &str| {
+            let (tx, rx) = mpsc::channel();
+            tx.send((Some("t".to_string()), Err(why.to_string())))
+                .unwrap();
+            t.probing = Some(("t".to_string(), every, rx));
+            t.poll_probe()
+        };
+        assert!(matches!(
+            failed(&mut t, "403 Forbidden"),
+            Some(Event::Unchecked(_))
+        ));
+        assert_eq!(failed(&mut t, "403 Forbidden"), None);
+        assert!(
+            matches!(failed(&mut t, "503"), Some(Event::Unchecked(why)) if why.contains(": 503;"))
+        );
+        assert_eq!(answered(&mut t, ("t", "t"), true), None);
+        assert!(matches!(failed(&mut t, "503"), Some(Event::Unchecked(_))));
         assert_eq!(answered(&mut t, ("t", "t"), true), None);
         assert!(t.current(now).is_some());
         // A refusal of a token replaced since it was shown, or of another daemon's token

@@ -1652,6 +1652,11 @@ fn a_node_registered_again_takes_the_token_bound_to_the_one_before_off_the_node(
                  object reference (node-uid) does not match the UID in record"
             )
             && said.contains("(409 Conflict)")
+            // Not "stays in use for 114 min more": the next check may drop it.
+            && said.contains(
+                "the one written, which the API server refused once, stays in use unless \
+                 refused again at its next check, then a copy of the pod's"
+            )
             && said.contains(
                 "no token bound to the node: the API server refuses the token in use, bound to \
                  node node-166 (401 Unauthorized to GET /version, twice"
