@@ -406,8 +406,8 @@ fn listen(
             ));
         }
         // Only to say so in the log: the socket is replaced either way.
-        Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
-            Ok(_) => Replaced::Live,
+        Ok(_) => match knock(path) {
+            Ok(()) | Err(nix::Error::EAGAIN) => Replaced::Live,
             Err(_) => Replaced::Stale,
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Replaced::Nothing,
@@ -502,10 +502,21 @@ fn is_leftover(new: &Path) -> bool {
     let old = (m.modified().ok())
         .and_then(|t| t.elapsed().ok())
         .is_some_and(|age| age > LEFTOVER_AGE);
-    m.file_type().is_socket()
-        && old
-        && std::os::unix::net::UnixStream::connect(new)
-            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+    m.file_type().is_socket() && old && knock(new) == Err(nix::Error::ECONNREFUSED)
+}
+
+/// Connects to the unix socket `path` without waiting: `Ok` when a listener took the
+/// connection into its queue, `EAGAIN` when one listens but its queue is full (a wedged
+/// daemon that accepts nothing), `ECONNREFUSED` when nothing listens. A blocking connect to a
+/// full queue waits for ever, and held the start of the daemon meant to replace a wedged one.
+fn knock(path: &Path) -> nix::Result<()> {
+    let errno = |e: std::io::Error| nix::Error::from_raw(e.raw_os_error().unwrap_or(0));
+    let socket =
+        socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).map_err(errno)?;
+    socket.set_nonblocking(true).map_err(errno)?;
+    socket
+        .connect(&socket2::SockAddr::unix(path).map_err(errno)?)
+        .map_err(errno)
 }
 
 /// Whether `path` still names the socket this daemon bound (device and inode `ours`).
@@ -901,6 +912,48 @@ mod tests {
         assert_eq!(beside.len(), 2, "{beside:?}");
         std::fs::rename(&others, &socket).unwrap();
         assert!(!is_ours(&socket, ours));
+    }
+
+    #[test]
+    fn a_daemon_whose_queue_is_full_is_found_live_without_waiting() {
+        // A wedged daemon accepts nothing, and its socket's queue fills with the shims'
+        // connections: a blocking connect to it waited for ever, so the daemon started to
+        // replace it never bound its socket.
+        let (d, socket, _, _rt) = beside_a_socket();
+        let _wedged = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        // The queue filled with connections that stay open (without waiting, as `knock`).
+        let mut queued = Vec::new();
+        loop {
+            let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None);
+            let s = s.unwrap();
+            s.set_nonblocking(true).unwrap();
+            match s.connect(&socket2::SockAddr::unix(&socket).unwrap()) {
+                Ok(()) => queued.push(s),
+                Err(e) if e.raw_os_error() == Some(nix::Error::EAGAIN as i32) => break,
+                Err(e) => panic!("{e}"),
+            }
+            assert!(queued.len() < 100_000, "the queue never filled");
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let left = d.path().join("plumb.sock.1.new");
+        std::fs::hard_link(&socket, &left).unwrap();
+        let aged = std::process::Command::new("touch")
+            .args(["-h", "-d", "2 minutes ago"])
+            .arg(&left)
+            .status()
+            .unwrap();
+        assert!(aged.success());
+        std::thread::spawn(move || {
+            let _ = tx.send((knock(&socket), is_leftover(&left)));
+        });
+        let (knocked, leftover) = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("waited on the full queue");
+        assert_eq!(knocked, Err(nix::Error::EAGAIN));
+        assert!(
+            !leftover,
+            "a socket a daemon listens on was taken for a leftover"
+        );
     }
 
     #[test]
