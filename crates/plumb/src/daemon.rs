@@ -881,6 +881,16 @@ mod tests {
         (d, socket, pid_new, rt)
     }
 
+    /// Dates the file `path` two minutes back, past [`LEFTOVER_AGE`].
+    fn made_two_minutes_ago(path: &Path) {
+        let aged = std::process::Command::new("touch")
+            .args(["-h", "-d", "2 minutes ago"])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(aged.success());
+    }
+
     /// The names in `dir`.
     fn names_in(dir: &Path) -> Vec<std::ffi::OsString> {
         (std::fs::read_dir(dir).unwrap())
@@ -937,12 +947,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let left = d.path().join("plumb.sock.1.new");
         std::fs::hard_link(&socket, &left).unwrap();
-        let aged = std::process::Command::new("touch")
-            .args(["-h", "-d", "2 minutes ago"])
-            .arg(&left)
-            .status()
-            .unwrap();
-        assert!(aged.success());
+        made_two_minutes_ago(&left);
         std::thread::spawn(move || {
             let _ = tx.send((knock(&socket), is_leftover(&left)));
         });
@@ -972,12 +977,7 @@ mod tests {
         );
         drop(listener);
         std::fs::remove_file(&socket).unwrap();
-        let aged = std::process::Command::new("touch")
-            .args(["-h", "-d", "2 minutes ago"])
-            .arg(&left)
-            .status()
-            .unwrap();
-        assert!(aged.success());
+        made_two_minutes_ago(&left);
         let (_listener, ours, _) = listen(&socket, uid).unwrap();
         assert!(is_ours(&socket, ours));
         assert_eq!(names_in(d.path()), [std::ffi::OsString::from("plumb.sock")]);

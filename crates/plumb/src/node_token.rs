@@ -188,6 +188,18 @@ impl Issued {
     }
 }
 
+impl Issued {
+    /// How often it is shown to the API server when checks come `every`: within a minute
+    /// once it was refused.
+    fn checked_every(&self, every: Duration) -> Duration {
+        if self.doubted {
+            every.min(RETRY)
+        } else {
+            every
+        }
+    }
+}
+
 /// What a look at the request in flight found, to be said in the daemon's log.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Event {
@@ -316,12 +328,7 @@ impl NodeToken {
     /// token in use, or never (a huge `--node-token-check`).
     fn next_check(&self, every: Duration) -> Option<Instant> {
         let issued = self.issued.as_ref()?;
-        let interval = if issued.doubted {
-            every.min(RETRY)
-        } else {
-            every
-        };
-        issued.shown_at.checked_add(interval)
+        issued.shown_at.checked_add(issued.checked_every(every))
     }
 
     /// Shows the token in use to the API server in the background, through `on_node` (the
@@ -388,11 +395,12 @@ impl NodeToken {
             Err(why) if self.unchecked.as_ref() == Some(&why) => return None,
             Err(why) => {
                 self.unchecked = Some(why.clone());
+                let again = issued.checked_every(every);
                 return Some(Event::Unchecked(format!(
                     "cannot show the token in use, bound to node {}, to the API server: {why}; \
                      it stays in use, and is shown again in {} s",
                     issued.node,
-                    every.as_secs()
+                    again.as_secs()
                 )));
             }
         }
@@ -751,6 +759,12 @@ pub(crate) mod tests {
         );
         assert_eq!(answered(&mut t, ("t", "t"), true), None);
         assert!(matches!(failed(&mut t, "503"), Some(Event::Unchecked(_))));
+        assert_eq!(answered(&mut t, ("t", "t"), true), None);
+        // One refused once is shown again within a minute, and the line says so.
+        t.issued.as_mut().unwrap().doubted = true;
+        assert!(matches!(failed(&mut t, "503"),
+            Some(Event::Unchecked(why)) if why.ends_with("shown again in 60 s")));
+        t.issued.as_mut().unwrap().doubted = false;
         assert_eq!(answered(&mut t, ("t", "t"), true), None);
         assert!(t.current(now).is_some());
         // A refusal of a token replaced since it was shown, or of another daemon's token
