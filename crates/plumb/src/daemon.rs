@@ -510,13 +510,17 @@ fn is_leftover(new: &Path) -> bool {
 /// daemon that accepts nothing), `ECONNREFUSED` when nothing listens. A blocking connect to a
 /// full queue waits for ever, and held the start of the daemon meant to replace a wedged one.
 fn knock(path: &Path) -> nix::Result<()> {
-    let errno = |e: std::io::Error| nix::Error::from_raw(e.raw_os_error().unwrap_or(0));
-    let socket =
-        socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).map_err(errno)?;
-    socket.set_nonblocking(true).map_err(errno)?;
-    socket
-        .connect(&socket2::SockAddr::unix(path).map_err(errno)?)
-        .map_err(errno)
+    connect_without_waiting(path)
+        .map(drop)
+        .map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(0)))
+}
+
+/// A connection to the unix socket `path`, made without waiting ([`knock`]).
+fn connect_without_waiting(path: &Path) -> std::io::Result<socket2::Socket> {
+    let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    socket.set_nonblocking(true)?;
+    socket.connect(&socket2::SockAddr::unix(path)?)?;
+    Ok(socket)
 }
 
 /// Whether `path` still names the socket this daemon bound (device and inode `ours`).
@@ -934,11 +938,8 @@ mod tests {
         // The queue filled with connections that stay open (without waiting, as `knock`).
         let mut queued = Vec::new();
         loop {
-            let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None);
-            let s = s.unwrap();
-            s.set_nonblocking(true).unwrap();
-            match s.connect(&socket2::SockAddr::unix(&socket).unwrap()) {
-                Ok(()) => queued.push(s),
+            match connect_without_waiting(&socket) {
+                Ok(s) => queued.push(s),
                 Err(e) if e.raw_os_error() == Some(nix::Error::EAGAIN as i32) => break,
                 Err(e) => panic!("{e}"),
             }
