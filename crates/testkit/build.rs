@@ -4,14 +4,14 @@
 //! Two outputs in OUT_DIR:
 //! - `server/v1.rs`: messages, server and client, for the stand-in kubelet (`pod_resources`).
 //! - `client/v1.rs`: messages and client only, generated exactly as plumb's checked-in
-//!   `crates/plumb/src/pod_resources/v1.rs` must be. A test compares the two (and rewrites
+//!   `crates/cluster/src/pod_resources/v1.rs` must be. A test compares the two (and rewrites
 //!   plumb's file when asked), so plumb builds without protox or any code generator.
 
 use std::path::{Path, PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    let proto_dir = manifest.join("../plumb/proto");
+    let proto_dir = manifest.join("../cluster/proto");
     let proto = proto_dir.join("podresources/v1/api.proto");
     println!("cargo:rerun-if-changed={}", proto.display());
 

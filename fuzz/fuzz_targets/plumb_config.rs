@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use plumb::config::Config;
+use plumb_engine::config::Config;
 
 fuzz_target!(|data: &[u8]| {
     match Config::parse(data) {

@@ -7,7 +7,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use netattach::selection;
-use plumb::plan::default_network_element;
+use plumb_engine::plan::default_network_element;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

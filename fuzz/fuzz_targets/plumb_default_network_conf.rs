@@ -10,8 +10,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use plumb::conf_writer::{conflist, plumb_stdin, template_keys, unusable};
-use plumb::config::Config;
+use plumb::daemon::conf_writer::{conflist, plumb_stdin, template_keys, unusable};
+use plumb_engine::config::Config;
 use serde_json::{Map, Value};
 
 fuzz_target!(|data: &[u8]| {

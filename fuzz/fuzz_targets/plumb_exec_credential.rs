@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use plumb::cluster::exec_credential::{MAX_OUTPUT, credential};
+use plumb_cluster::kube::exec_credential::{MAX_OUTPUT, credential};
 
 const API_VERSIONS: [&str; 2] = [
     "client.authentication.k8s.io/v1",

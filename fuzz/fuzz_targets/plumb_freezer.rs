@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use libfuzzer_sys::fuzz_target;
-use plumb::freezer::frozen_in;
+use plumb::shim::freezer::frozen_in;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -5,7 +5,7 @@
 
 use cni::Version;
 use libfuzzer_sys::fuzz_target;
-use plumb::multus_cache::{attachments, parse};
+use plumb_engine::multus_cache::{attachments, parse};
 use serde_json::Map;
 
 fuzz_target!(|data: &[u8]| {

@@ -9,9 +9,9 @@
 use std::path::{Path, PathBuf};
 
 use libfuzzer_sys::fuzz_target;
-use plumb::objects::{FileNetworks, nad_of, parse, pod_of};
-use plumb::validate::validate;
-use plumb::yaml::nesting_problem;
+use plumb::cli::validate::validate;
+use plumb_engine::objects::{FileNetworks, nad_of, parse, pod_of};
+use plumb_engine::yaml::nesting_problem;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

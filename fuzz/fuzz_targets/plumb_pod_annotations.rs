@@ -8,11 +8,11 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use libfuzzer_sys::fuzz_target;
-use plumb::cluster::annotations_from;
-use plumb::config::Config;
-use plumb::objects::{FileNetworks, FileObject};
-use plumb::plan::{self, Pod};
-use plumb::plugin::POD_ANNOTATIONS_CAPABILITY;
+use plumb_engine::cluster::annotations_from;
+use plumb_engine::commands::POD_ANNOTATIONS_CAPABILITY;
+use plumb_engine::config::Config;
+use plumb_engine::objects::{FileNetworks, FileObject};
+use plumb_engine::plan::{self, Pod};
 use serde_json::{Value, json};
 
 fn nad(namespace: &str, name: &str, config: Option<Value>, resource: Option<&str>) -> FileObject {

@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use netattach::names;
-use plumb::pod_args::PodArgs;
+use plumb_engine::pod_args::PodArgs;
 
 fuzz_target!(|s: &str| {
     let Ok(pairs) = cni::args::parse(s) else {

@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use plumb::execute::{recorded_list, recorded_network_list};
-use plumb::record::decode;
+use plumb_engine::execute::{recorded_list, recorded_network_list};
+use plumb_engine::record::decode;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(record) = decode(data) else {

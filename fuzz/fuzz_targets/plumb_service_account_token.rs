@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use plumb::node_token::identity;
+use plumb::daemon::node_token::identity;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(token) = std::str::from_utf8(data) else {

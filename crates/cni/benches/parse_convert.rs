@@ -11,7 +11,7 @@ use cni::version::Version;
 use cni::{CniResult, NetworkConfigList};
 use criterion::{Criterion, criterion_group, criterion_main};
 
-/// A bridge + host-local → tuning → portmap list (a copy of shared/fixtures/libcni).
+/// A bridge + host-local → tuning → portmap list (as in tests/fixtures/libcni).
 const CONFLIST: &[u8] = include_bytes!("../tests/fixtures/libcni/10-fixture.conflist");
 /// A 1.1.0 result with every field set.
 const RESULT_1_1_0: &[u8] = include_bytes!("../tests/fixtures/results/full-1.1.0.json");

@@ -1,6 +1,6 @@
 //! A child process seen to its end from the calling thread: its stdin written, its stdout and
 //! stderr read with poll(2), both bounded, up to a deadline, then reaped; and killed with what
-//! it started when that fails. Plugins (spec §2 "Execution Protocol", [`crate::exec::RawExec`])
+//! it started when that fails. Plugins (spec §2 "Execution Protocol", `exec::RawExec`)
 //! run this way, and so can any helper a runtime starts (plumb's exec credential plugins).
 
 use std::io::{self, Read, Write};

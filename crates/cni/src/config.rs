@@ -206,7 +206,7 @@ impl PluginConfig {
 impl NetworkConfigList {
     /// Parses a configuration list (a `.conflist`). With `loadOnlyInlinedPlugins` false, an
     /// empty or missing `plugins` is allowed here: the caller may add plugins from the sibling
-    /// directory ([`crate::conf_dir`]), and [`NetworkConfigList::require_plugins`] checks at the
+    /// directory (`conf_dir`), and [`NetworkConfigList::require_plugins`] checks at the
     /// end.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, CniError> {
         let raw = decode_object(bytes, "network configuration list")?;

@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::result::null_as_default;
+use crate::go_json::null_as_default;
 
 /// The well-known error codes of spec §5, plus the two that Go's reference library adds (8 and
 /// 999), and any plugin-specific code (100 and above).

@@ -24,6 +24,7 @@ pub mod config;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod go_json;
 pub mod inherit;
 pub mod request;
 pub mod result;

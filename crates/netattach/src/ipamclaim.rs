@@ -35,7 +35,7 @@ pub struct IPAMClaimStatus {
     /// The IP addresses (v4, v6) allocated for the pod interface, as written (usually CIDRs).
     /// `null` reads as none: §8.2's Go field has no `omitempty`, so Go clients write
     /// `"ips": null` until an IPAM plugin allocates (and §8.2.1's example has `ips:` empty).
-    #[serde(default, deserialize_with = "cni::result::null_as_default")]
+    #[serde(default, deserialize_with = "cni::go_json::null_as_default")]
     pub ips: Vec<String>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,

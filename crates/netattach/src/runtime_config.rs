@@ -232,11 +232,11 @@ pub fn apply_cni_args(
 }
 
 /// The config key Multus sets to the device ID in every plugin of a device-backed network
-/// (multus-reference.md §2.9), next to `deviceID`: SR-IOV-style plugins read one or the other.
+/// (docs/multus-behaviour.md §2.9), next to `deviceID`: SR-IOV-style plugins read one or the other.
 pub const PCI_BUS_ID_KEY: &str = "pciBusID";
 
 /// The list with `deviceID` and `pciBusID` set to `device_id` in every plugin's configuration
-/// (multus-reference.md §2.9: delegates that do not declare the `deviceID` capability read the
+/// (docs/multus-behaviour.md §2.9: delegates that do not declare the `deviceID` capability read the
 /// device from their configuration). A value the NAD already had is replaced: the kubelet's
 /// allocation is what the pod owns.
 pub fn set_device_id(list: &NetworkConfigList, device_id: &str) -> NetworkConfigList {

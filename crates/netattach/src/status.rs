@@ -47,7 +47,7 @@ pub struct NetworkStatus {
     /// here: one such entry must not make the whole annotation unreadable.
     #[serde(
         default,
-        deserialize_with = "cni::result::null_as_default",
+        deserialize_with = "cni::go_json::null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub ips: Vec<String>,
@@ -62,7 +62,7 @@ pub struct NetworkStatus {
     )]
     pub default_route: Option<Vec<String>>,
     /// §5.3.5.
-    #[serde(default, deserialize_with = "cni::result::null_as_default")]
+    #[serde(default, deserialize_with = "cni::go_json::null_as_default")]
     pub default: bool,
     /// §5.3.6.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,6 +1,6 @@
 //! Test support for plumb's crates (a dev-dependency only, never shipped). It holds stand-ins
 //! for the two servers that cannot run on the build machines, the Kubernetes API server and the
-//! kubelet (DESIGN.md, "Layers"); everything else the tests use is real.
+//! kubelet (docs/architecture.md, "Layers"); everything else the tests use is real.
 //!
 //! - [`kube_api`]: a Kubernetes API server stand-in, reached through kube-rs and a kubeconfig.
 //! - [`fake_plugin`]: a recording fake CNI plugin, a real executable that a runtime finds in

@@ -1,4 +1,4 @@
-//! plumb checks in its generated PodResources client (`crates/plumb/src/pod_resources/v1.rs`)
+//! plumb checks in its generated PodResources client (`crates/cluster/src/pod_resources/v1.rs`)
 //! so that its build needs no code generator. This test keeps that file honest: testkit's build
 //! script generates the client from the same proto with the same settings, and the two must be
 //! the same text. With `PLUMB_REGENERATE=1` it writes the file instead.
@@ -15,7 +15,7 @@ const REGENERATE: &str = "PLUMB_REGENERATE=1 cargo test -p testkit --test pod_re
 fn header() -> String {
     format!(
         "//! Generated, do not edit: the kubelet PodResources v1 messages and gRPC client (no server),
-//! from `crates/plumb/proto/podresources/v1/api.proto` by tonic-prost-build over protox, in
+//! from `crates/cluster/proto/podresources/v1/api.proto` by tonic-prost-build over protox, in
 //! testkit's build script (`crates/testkit/build.rs`).
 //!
 //! After changing the proto or the generator's version, regenerate with
@@ -30,7 +30,7 @@ fn checked_in_path() -> PathBuf {
     let crates = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("testkit lives in crates/");
-    crates.join("plumb/src/pod_resources/v1.rs")
+    crates.join("cluster/src/pod_resources/v1.rs")
 }
 
 /// The file without its header.
@@ -62,7 +62,7 @@ fn plumbs_checked_in_client_is_what_the_generator_writes() {
     });
     assert!(
         body(&file) == GENERATED,
-        "{} is not what the generator writes from crates/plumb/proto/podresources/v1/api.proto \
+        "{} is not what the generator writes from crates/cluster/proto/podresources/v1/api.proto \
          (the proto, or the tonic-prost-build/protox version, changed without regenerating, or \
          the file was edited by hand).\nTo regenerate it, run: {REGENERATE}\nthen review and \
          commit the change.",

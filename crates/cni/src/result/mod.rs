@@ -26,6 +26,7 @@ pub use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CniError, ErrorCode};
+use crate::go_json::null_as_default;
 use crate::version::Version;
 
 /// An interface created by the attachment (spec §5 "interfaces").
@@ -73,18 +74,6 @@ pub struct IpConfig {
     pub interface: Option<usize>,
     pub address: IpNet,
     pub gateway: Option<IpAddr>,
-}
-
-/// A field that may be `null`, read as its empty value, the way Go's `encoding/json` (libcni,
-/// the reference plugins) reads `null`: it leaves the field as it was. Plugins not written in
-/// Go, and Go structs without `omitempty`, print `null` for "none" (CNI spec §5 results are
-/// otherwise refused for it).
-pub fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// A gateway as Go's `net.IP` reads it, which libcni and the reference plugins use: absent,

@@ -4,7 +4,8 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{CniResult, Dns, Interface, IpConfig, IpNet, Route, null_as_default, optional_ip};
+use super::{CniResult, Dns, Interface, IpConfig, IpNet, Route, optional_ip};
+use crate::go_json::null_as_default;
 use crate::version::Version;
 
 fn dns_is_empty(d: &Dns) -> bool {

@@ -2,7 +2,7 @@
 //! (pods, events core/v1 and events.k8s.io/v1, NetworkAttachmentDefinitions, IPAMClaims) over
 //! HTTP or HTTPS, reached through kube-rs and a kubeconfig exactly as a real cluster is.
 //! No API server can be installed on the build machines, so this is the one sanctioned
-//! stand-in (DESIGN.md, "How it is tested").
+//! stand-in (docs/architecture.md, "How it is tested").
 //!
 //! It serves GET, LIST, WATCH, create, replace, PATCH (merge, strategic merge, JSON patch,
 //! server-side apply), DELETE and the `status` subresources, with one global resourceVersion,

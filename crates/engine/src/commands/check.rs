@@ -1,0 +1,17 @@
+//! CHECK (CNI spec §4 "CHECK"): each recorded attachment checked by its delegates.
+
+use cni::error::CniError;
+use cni::skel::CmdArgs;
+
+use super::{Plumb, who};
+
+impl Plumb<'_> {
+    pub(super) fn cmd_check(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let call = self.call(args)?;
+        let _turn = call.turn(args, &self.caller, "CHECK")?;
+        self.not_abandoned(&call, args, "CHECK")?;
+        self.executor(&call)
+            .check(&call.sandbox(args))
+            .map_err(|e| e.context(who(&call.pod_args, &args.container_id)))
+    }
+}

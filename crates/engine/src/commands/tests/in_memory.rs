@@ -1,0 +1,244 @@
+//! The CNI handlers against an in-memory cluster (crate::fake): the requests each command makes
+//! of the API, the network-status it writes, and what the delegates are asked, with recording
+//! fake delegates and no binary, network namespace or API server.
+
+use cni::skel::Plugin;
+use serde_json::{Value, json};
+use testkit::fake_plugin::FakePlugin;
+
+use super::request;
+use crate::commands::{Caller, Plumb};
+use crate::fake::{InMemory, InMemoryCluster};
+use crate::plan::Pod;
+use crate::record::RecordStore;
+use crate::routes::NetlinkRoutes;
+
+/// A node under `dir`: plumb's configuration with a kubeconfig (the in-memory cluster answers
+/// whatever it names) and the default network `cluster` of the fake plugin `fake-default`,
+/// the NAD `default/net-a` of the fake plugin `fake-a` in the cluster, and the delegates'
+/// recordings.
+struct Node {
+    config: Value,
+    cluster: InMemoryCluster,
+    default: FakePlugin,
+    net_a: FakePlugin,
+    records: RecordStore,
+}
+
+fn node(dir: &std::path::Path) -> Node {
+    let bin = dir.join("bin");
+    let default = FakePlugin::install(&bin, "fake-default");
+    let net_a = FakePlugin::install(&bin, "fake-a");
+    let config = json!({
+        "cniVersion": "1.1.0", "name": "plumb-net", "type": "plumb", "binDir": bin,
+        "kubeconfig": dir.join("kubeconfig"),
+        "plumbStateDir": dir.join("state"), "confDir": dir.join("conf"), "cniDir": dir.join("cni"),
+        "plumbDeviceInfoDir": dir.join("devinfo"), "logToStderr": false,
+        "delegates": [{"cniVersion": "1.1.0", "name": "cluster", "type": "fake-default"}]
+    });
+    let cluster = InMemoryCluster::default();
+    cluster.put_nad(json!({
+        "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+        "metadata": {"namespace": "default", "name": "net-a"},
+        "spec": {"config": r#"{"cniVersion": "1.1.0", "name": "net-a", "type": "fake-a"}"#}
+    }));
+    Node {
+        config,
+        cluster,
+        default,
+        net_a,
+        records: RecordStore::new(dir.join("state")),
+    }
+}
+
+impl Node {
+    /// Pod `default/name` (UID `uid-NAME`) selecting `net-a`.
+    fn put_pod(&self, name: &str) {
+        self.cluster.put_pod(Pod {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            annotations: [(netattach::NETWORKS_ANNOTATION.into(), "net-a".into())].into(),
+        });
+    }
+
+    /// Runs `command` for the sandbox `container_id` of pod `default/pod`, as the runtime
+    /// would (the in-memory cluster standing for the API server).
+    fn call(&self, command: &str, container_id: &str, pod: &str) -> Result<Value, cni::CniError> {
+        let mut args = request(&self.config, container_id, "/proc/self/ns/net");
+        args.args = format!("K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};K8S_POD_UID=uid-{pod}");
+        let plumb = Plumb {
+            routes: &NetlinkRoutes,
+            connect: &InMemory(self.cluster.clone()),
+            caller: Caller::ThisProcess,
+        };
+        match command {
+            "ADD" => plumb.add(&args).map(|r| r.to_value().unwrap()),
+            "DEL" => plumb.del(&args).map(|()| Value::Null),
+            _ => panic!("{command}"),
+        }
+    }
+
+    fn gc(&self, valid: &[&str]) -> Result<(), cni::CniError> {
+        let mut config = self.config.clone();
+        config["cni.dev/valid-attachments"] = valid
+            .iter()
+            .map(|id| json!({"containerID": id, "ifname": "eth0"}))
+            .collect();
+        let plumb = Plumb {
+            routes: &NetlinkRoutes,
+            connect: &InMemory(self.cluster.clone()),
+            caller: Caller::ThisProcess,
+        };
+        plumb.gc(&request(&config, "", ""))
+    }
+}
+
+/// The interfaces the delegates of `plugin` were asked to `command`, for `container_id`.
+fn ifnames(plugin: &FakePlugin, command: &str, container_id: &str) -> Vec<String> {
+    plugin
+        .calls_of(command)
+        .iter()
+        .filter(|c| c.var("CNI_CONTAINERID") == Some(container_id))
+        .map(|c| c.var("CNI_IFNAME").unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn add_reads_the_pod_and_its_nad_then_writes_its_network_status_once() {
+    let d = tempfile::tempdir().unwrap();
+    let n = node(d.path());
+    n.put_pod("p");
+    let result = n.call("ADD", "c1", "p").unwrap();
+    assert_eq!(result["cniVersion"], "1.1.0", "{result}");
+    assert_eq!(ifnames(&n.default, "ADD", "c1"), ["eth0"]);
+    assert_eq!(ifnames(&n.net_a, "ADD", "c1"), ["net1"]);
+    assert_eq!(
+        n.cluster.requests(),
+        [
+            "GET pod default/p",
+            "GET nad default/net-a",
+            "PATCH pod default/p"
+        ]
+    );
+    let writes = n.cluster.status_writes();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    let status: Value = serde_json::from_str(&writes[0].1).unwrap();
+    // The fake delegates' results name no interface: the entries say which network each is.
+    assert_eq!(status[0]["name"], "cluster", "{status}");
+    assert_eq!(status[0]["default"], true, "{status}");
+    assert_eq!(status[1]["name"], "default/net-a", "{status}");
+    assert_eq!(status[1]["default"], false, "{status}");
+    // One client for the whole call, and what DEL needs recorded.
+    assert_eq!(n.cluster.connections(), 1);
+    let record = n.records.load("c1").unwrap().unwrap();
+    assert_eq!(record.attachments.len(), 2);
+}
+
+#[test]
+fn add_of_a_pod_the_api_server_does_not_have_attaches_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let n = node(d.path());
+    let e = n.call("ADD", "c1", "gone").unwrap_err();
+    assert_eq!(e.code, 3, "{e}");
+    assert!(e.msg.contains("pod default/gone"), "{e}");
+    assert!(n.default.calls_of("ADD").is_empty());
+    assert!(n.cluster.status_writes().is_empty());
+    assert!(n.records.load("c1").unwrap().is_none());
+}
+
+#[test]
+fn del_without_a_record_plans_from_the_pod_and_deletes_what_its_add_would_have_made() {
+    let d = tempfile::tempdir().unwrap();
+    let n = node(d.path());
+    n.put_pod("p");
+    n.call("DEL", "c1", "p").unwrap();
+    assert_eq!(ifnames(&n.default, "DEL", "c1"), ["eth0"]);
+    assert_eq!(ifnames(&n.net_a, "DEL", "c1"), ["net1"]);
+    // It reads what it plans from, and writes nothing.
+    assert_eq!(
+        n.cluster.requests(),
+        ["GET pod default/p", "GET nad default/net-a"]
+    );
+    // With the pod gone too there is nothing known to delete, and the DEL succeeds.
+    n.cluster.remove_pod("default", "p");
+    n.call("DEL", "c2", "p").unwrap();
+    assert!(ifnames(&n.default, "DEL", "c2").is_empty());
+}
+
+#[test]
+fn del_after_add_works_from_the_record_and_asks_the_api_server_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let n = node(d.path());
+    n.put_pod("p");
+    n.call("ADD", "c1", "p").unwrap();
+    let asked = n.cluster.requests().len();
+    n.cluster.remove_pod("default", "p");
+    n.call("DEL", "c1", "p").unwrap();
+    assert_eq!(ifnames(&n.net_a, "DEL", "c1"), ["net1"]);
+    assert_eq!(ifnames(&n.default, "DEL", "c1"), ["eth0"]);
+    assert_eq!(
+        n.cluster.requests().len(),
+        asked,
+        "{:?}",
+        n.cluster.requests()
+    );
+    assert!(n.records.load("c1").unwrap().is_none());
+}
+
+#[test]
+fn gc_deletes_the_sandboxes_the_runtime_no_longer_has_and_keeps_the_others() {
+    let d = tempfile::tempdir().unwrap();
+    let n = node(d.path());
+    n.put_pod("live");
+    n.put_pod("stale");
+    n.call("ADD", "c-live", "live").unwrap();
+    n.call("ADD", "c-stale", "stale").unwrap();
+    let asked = n.cluster.requests().len();
+    n.gc(&["c-live"]).unwrap();
+    // The stale sandbox deleted from its record, the live one untouched.
+    assert_eq!(ifnames(&n.net_a, "DEL", "c-stale"), ["net1"]);
+    assert_eq!(ifnames(&n.default, "DEL", "c-stale"), ["eth0"]);
+    assert!(ifnames(&n.net_a, "DEL", "c-live").is_empty());
+    assert!(n.records.load("c-stale").unwrap().is_none());
+    assert!(n.records.load("c-live").unwrap().is_some());
+    // Each network then gets GC with the live sandbox's attachment as its only valid one.
+    for (plugin, ifname) in [(&n.default, "eth0"), (&n.net_a, "net1")] {
+        let gc = plugin.calls_of("GC");
+        assert_eq!(gc.len(), 1, "{}", plugin.path().display());
+        assert_eq!(
+            gc[0].stdin_json()["cni.dev/valid-attachments"],
+            json!([{"containerID": "c-live", "ifname": ifname}])
+        );
+    }
+    // Nothing is written to the cluster.
+    let requests = n.cluster.requests();
+    assert!(
+        requests[asked..].iter().all(|r| r.starts_with("GET")),
+        "{requests:?}"
+    );
+}
+
+#[test]
+fn add_of_a_pod_selecting_a_missing_nad_attaches_nothing_and_says_why_on_the_pod() {
+    let d = tempfile::tempdir().unwrap();
+    let n = node(d.path());
+    n.cluster.put_pod(Pod {
+        namespace: "default".into(),
+        name: "p".into(),
+        uid: "uid-p".into(),
+        annotations: [(netattach::NETWORKS_ANNOTATION.into(), "net-b".into())].into(),
+    });
+    let e = n.call("ADD", "c1", "p").unwrap_err();
+    assert!(e.msg.contains("net-b"), "{e}");
+    assert!(n.default.calls_of("ADD").is_empty());
+    assert!(n.cluster.status_writes().is_empty());
+    let events = n.cluster.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let (pod, kind, reason, message) = &events[0];
+    assert_eq!(
+        (pod.as_str(), kind.as_str(), reason.as_str()),
+        ("default/p", "Warning", "NoNetworkFound")
+    );
+    assert!(message.contains("net-b"), "{message}");
+}

@@ -1,0 +1,348 @@
+//! `plumb daemon`: the CNI engine in a long-running process, serving the calls the `plumb` shim
+//! forwards to it (`shim`) over a unix socket (`/run/plumb/plumb.sock`,
+//! 0600, root). Each call runs exactly as in thin mode — the same configuration from the
+//! runtime's stdin, the same records, the same delegates — with one difference: the API client
+//! and its connection to the API server are kept between calls (`client_pool`), so a call
+//! neither parses the kubeconfig nor makes a TCP and TLS handshake: nearly half of what thin
+//! mode spends of its own on an ADD (docs/performance.md).
+//!
+//! NADs and pods are still read from the API on every call (over the open connection), not from
+//! watch caches: a cache can be behind the API (a NAD created just before
+//! its pod), and on the measured bench the GETs over an open connection cost little
+//! (docs/daemon.md).
+//!
+//! Calls for different containers run at the same time, each on a thread of its own; calls for
+//! the same container one after the other, one at a time, by the container's lock, which a call
+//! in thin mode takes too (`container_lock`). A runtime that gave up waiting on an ADD (and
+//! killed the shim) may send the DEL while the daemon still runs that ADD: the DEL then waits
+//! for it and undoes all of it, where in thin mode the ADD would have been killed part-way.
+//!
+//! A daemon started on a socket another daemon serves takes it over, as Multus's does, instead
+//! of refusing to start: it binds a socket of its own beside it and renames it onto the path
+//! (`listen`). The old daemon sees within a second that the path is no longer its socket,
+//! stops taking calls, finishes those it has and waits, idle, to be stopped (`serve`). So a
+//! DaemonSet upgrade with `maxSurge` (the new pod started before the old is stopped) works, and
+//! the two daemons never run calls for one container at the same time: each call holds the
+//! container's lock, whichever process runs it.
+//!
+//! With `--write-config` it also writes plumb's CNI configuration on the node once the default
+//! network's is there, and keeps it in step (`conf_writer`); with `--write-kubeconfig`, a
+//! kubeconfig from its service account, kept current (`kubeconfig_writer`).
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use cni::error::{CniError, ErrorCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+
+use plumb_cluster::client_pool::ClientPool;
+use plumb_engine::paths;
+
+use crate::shim;
+
+pub mod conf_writer;
+pub mod kubeconfig_writer;
+pub mod node_token;
+mod serve;
+mod socket;
+
+use conf_writer::{ConfWriter, Step};
+use kubeconfig_writer::KubeconfigWriter;
+use serve::*;
+use socket::*;
+
+/// The most of a request the daemon reads: the runtime's configuration and environment.
+pub(super) const MAX_REQUEST: usize = 64 << 20;
+
+/// How long a stopping daemon waits for the calls it is running.
+pub(super) const DRAIN: Duration = Duration::from_secs(60);
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The unix socket to listen on (the `plumbDaemonSocket` of plumb's CNI configuration).
+    #[arg(long, default_value = paths::DAEMON_SOCKET)]
+    pub socket: PathBuf,
+    /// Write plumb's CNI configuration, `00-plumb.conflist`, into `--cni-conf-dir` once the
+    /// default network's configuration is there, from this template: a JSON object of plumb's
+    /// configuration keys (docs/configuration.md), with paths as the runtime sees them. The
+    /// daemon fills in the default network (embedded as `delegates`), its capabilities, the
+    /// `cniVersion` and `plumbDaemonSocket` (unless given), keeps the file in step with the
+    /// default network's and removes it when that is gone (`conf_writer`).
+    #[arg(long, value_name = "TEMPLATE")]
+    pub write_config: Option<PathBuf>,
+    /// The runtime's CNI configuration directory, as this process sees it (a DaemonSet pod
+    /// mounts the node's somewhere like `/host/etc/cni/net.d`).
+    #[arg(long, default_value = "/etc/cni/net.d", requires = "write_config")]
+    pub cni_conf_dir: PathBuf,
+    /// The file name of the default network's configuration in `--cni-conf-dir`; without it,
+    /// the first configuration file there by name, as the runtime would take it without plumb.
+    #[arg(long, value_name = "FILE", requires = "write_config")]
+    pub primary_config: Option<String>,
+    /// Write a kubeconfig for plumb at this path (as this process sees it) from the daemon's
+    /// own service account, with its token and CA certificate copied beside it and kept
+    /// current as the kubelet rotates them (`kubeconfig_writer`). With `--write-config`, plumb's
+    /// configuration is written only once this is.
+    #[arg(long, value_name = "PATH")]
+    pub write_kubeconfig: Option<PathBuf>,
+    /// Where the service account's `token` and `ca.crt` are.
+    #[arg(long, default_value = paths::SERVICE_ACCOUNT_DIR, requires = "write_kubeconfig")]
+    pub service_account_dir: PathBuf,
+    /// How often, in seconds, the token bound to the node that `--write-kubeconfig` keeps is
+    /// shown to the API server (a GET of `/version` with it). Refused (401: its Node or service
+    /// account deleted and made again, the signing key replaced), a new one is asked for at
+    /// once instead of at its next renewal, and one refused twice in a row (a minute apart at
+    /// most) is taken off the node for the pod's copy. 0: never.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = crate::daemon::node_token::PROBE_EVERY.as_secs(),
+        requires = "write_kubeconfig"
+    )]
+    pub node_token_check: u64,
+}
+
+/// The files the daemon keeps on the node: a kubeconfig from its service account, and plumb's
+/// CNI configuration, each when asked for.
+pub(super) struct NodeFiles {
+    kubeconfig: Option<KubeconfigWriter>,
+    conf: Option<ConfWriter>,
+    /// Whether the kubeconfig has been written (or none is kept): plumb's configuration,
+    /// which names it, is written only then, or every ADD would fail on a missing file.
+    kubeconfig_ready: bool,
+}
+
+impl NodeFiles {
+    fn keeps_any(&self) -> bool {
+        self.kubeconfig.is_some() || self.conf.is_some()
+    }
+
+    /// One look at each, saying on stderr what changed.
+    fn step(&mut self) {
+        fn tell(output: &Path, step: Step) {
+            match step {
+                Step::Same => {}
+                Step::Wrote(why) => say(format_args!("wrote {}: {why}", output.display())),
+                Step::Removed(why) => say(format_args!("removed {}: {why}", output.display())),
+                Step::Waiting(why) => {
+                    say(format_args!("not writing {} yet: {why}", output.display()))
+                }
+            }
+        }
+        if let Some(k) = &mut self.kubeconfig {
+            let step = k.step();
+            // Not from `step`: a reason to wait said already comes back as `Step::Same`, and
+            // plumb's configuration was written at the second look with no kubeconfig.
+            self.kubeconfig_ready |= k.written();
+            tell(k.output(), step);
+            for note in k.take_notes() {
+                say(format_args!("{note}"));
+            }
+        }
+        if let Some(c) = &mut self.conf
+            && self.kubeconfig_ready
+        {
+            let output = c.output();
+            tell(&output, c.step());
+        }
+    }
+
+    /// Removes the temporary files that writers of them killed before their rename left
+    /// (`cni::cache::stage`), an hour old or more: no GC sweeps these directories, and each
+    /// such file may hold a copy of the token.
+    fn sweep_leftovers(&self) {
+        let outputs = (self.kubeconfig.iter().flat_map(|k| k.outputs()))
+            .chain(self.conf.iter().map(|c| c.output()));
+        for output in outputs {
+            match cni::cache::sweep_staged_beside(
+                &output,
+                plumb_engine::commands::STAGED_FILE_MAX_AGE,
+            ) {
+                Ok(removed) => {
+                    for file in removed {
+                        say(format_args!(
+                            "removed {}, left by a writer of {} killed before it finished",
+                            file.display(),
+                            output.display()
+                        ));
+                    }
+                }
+                Err(e) => say(format_args!("{}", e.msg)),
+            }
+        }
+    }
+
+    /// Stops keeping them: another daemon does now.
+    fn hand_over(&mut self) {
+        let outputs = self
+            .kubeconfig
+            .take()
+            .map(|k| k.output().to_path_buf())
+            .into_iter()
+            .chain(self.conf.take().map(|c| c.output()));
+        for output in outputs {
+            say(format_args!("no longer keeping {}", output.display()));
+        }
+    }
+}
+
+/// What every call shares.
+#[derive(Default)]
+pub(super) struct Shared {
+    clients: Arc<ClientPool>,
+    running: AtomicUsize,
+    /// The uid that may call: the daemon's own (root on a node).
+    uid: u32,
+    /// The versions of the plugins that forwarded calls, other than the daemon's own, each
+    /// said once in the log.
+    other_versions: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+/// Serves calls on `args.socket` until SIGTERM or SIGINT (or until another daemon takes the
+/// socket over: `serve`), then stops taking calls, removes the socket if it is still its own
+/// and waits for the calls running (up to [`DRAIN`]).
+pub fn run(args: &Args) -> Result<(), CniError> {
+    let rt = plumb_cluster::runtime::current_thread()?;
+    // Before anything is made: a SIGTERM during start-up is then kept for the serving loop,
+    // which stops at once and cleans up, instead of killing the daemon with its socket bound.
+    let signals = {
+        let _in = rt.enter();
+        Signals::register()?
+    };
+    // Before the socket is bound: a template with a mistyped key stops the daemon at once.
+    let conf = match &args.write_config {
+        Some(template) => Some(ConfWriter::new(
+            template,
+            args.cni_conf_dir.clone(),
+            args.primary_config.clone(),
+            &args.socket,
+        )?),
+        None => None,
+    };
+    let kubeconfig = match &args.write_kubeconfig {
+        Some(path) => Some(
+            KubeconfigWriter::new(path.clone(), args.service_account_dir.clone(), |v| {
+                std::env::var(v).ok()
+            })?
+            .checking_token_every(
+                Some(Duration::from_secs(args.node_token_check)).filter(|d| !d.is_zero()),
+            ),
+        ),
+        None => None,
+    };
+    let files = NodeFiles {
+        kubeconfig_ready: kubeconfig.is_none(),
+        kubeconfig,
+        conf,
+    };
+    files.sweep_leftovers();
+    // Not the owner of /proc/self, which is root whenever the process is not dumpable.
+    let uid = nix::unistd::geteuid().as_raw();
+    let shared = Arc::new(Shared {
+        uid,
+        ..Shared::default()
+    });
+    let socket = &args.socket;
+    // Bound inside the runtime (tokio's listener needs one).
+    let (listener, ours, replaced) = rt.block_on(async { listen(socket, uid) })?;
+    match replaced {
+        Replaced::Nothing => {}
+        Replaced::Live => say(format_args!(
+            "took over {} from the daemon that served on it",
+            socket.display()
+        )),
+        Replaced::Stale => say(format_args!(
+            "replaced the stale socket {} (nothing listened on it)",
+            socket.display()
+        )),
+    }
+    say(format_args!(
+        "serving CNI calls on {} (plumb {})",
+        socket.display(),
+        shim::VERSION
+    ));
+    let served = rt.block_on(serve(
+        listener,
+        socket,
+        ours,
+        Arc::clone(&shared),
+        signals,
+        files,
+    ));
+    // The socket goes first: a shim that comes now runs its call in thin mode. Only if it is
+    // still the one this daemon bound: another daemon may have taken the path over (and serves
+    // on it now), or an operator removed it and started one by hand.
+    if is_ours(socket, ours) {
+        let _ = std::fs::remove_file(socket);
+    }
+    // The runtime keeps running meanwhile: it writes the answers of the calls that finish.
+    let left = rt.block_on(async {
+        let started = tokio::time::Instant::now();
+        while shared.running.load(Ordering::SeqCst) > 0 && started.elapsed() < DRAIN {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // A moment for the last answers to be written.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        shared.running.load(Ordering::SeqCst)
+    });
+    if left > 0 {
+        say(format_args!("stopping with {left} calls still running"));
+    }
+    rt.shutdown_background();
+    served
+}
+
+/// SIGTERM and SIGINT, registered with tokio (a signal that comes before the serving loop waits
+/// for it is kept, not lost).
+pub(super) struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn register() -> Result<Signals, CniError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let one = |kind| {
+            signal(kind).map_err(|e| CniError::new(ErrorCode::Internal, format!("signals: {e}")))
+        };
+        Ok(Signals {
+            term: one(SignalKind::terminate())?,
+            int: one(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
+/// One line of the daemon's own on its stderr. Not `eprintln!`, which panics when stderr cannot
+/// be written (a pipe whose reader is gone: a log collector restarted, `plumb daemon 2>&1 |
+/// logger` with logger killed): the daemon would die at its next line, which comes when it
+/// matters: at SIGTERM, before it drains (the calls it runs get no answer and its socket is
+/// left behind), or when another daemon takes its socket over, where it must wait, idle, for
+/// SIGTERM (dead, it is restarted and takes the socket back). The calls' own lines are written
+/// so already (log.rs).
+pub(super) fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "plumb daemon: {line}");
+}
+
+pub(super) fn socket_error(path: &Path, what: &str, e: &dyn std::fmt::Display) -> CniError {
+    CniError::new(
+        ErrorCode::Io,
+        format!("daemon socket {}: {what}: {e}", path.display()),
+    )
+}
+
+#[cfg(test)]
+mod tests;

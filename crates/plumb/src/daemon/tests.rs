@@ -1,0 +1,206 @@
+use super::*;
+
+/// A directory for the daemon's socket `plumb.sock`, the name `plumb.sock.<pid>.new` a
+/// daemon of this PID binds beside it, and a runtime entered (listen needs one).
+fn beside_a_socket() -> (tempfile::TempDir, PathBuf, PathBuf, tokio::runtime::Runtime) {
+    let d = tempfile::tempdir().unwrap();
+    let socket = d.path().join("plumb.sock");
+    let pid_new = d
+        .path()
+        .join(format!("plumb.sock.{}.new", std::process::id()));
+    let rt = plumb_cluster::runtime::current_thread().unwrap();
+    (d, socket, pid_new, rt)
+}
+
+/// Dates the file `path` two minutes back, past [`LEFTOVER_AGE`].
+fn made_two_minutes_ago(path: &Path) {
+    let aged = std::process::Command::new("touch")
+        .args(["-h", "-d", "2 minutes ago"])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(aged.success());
+}
+
+/// The names in `dir`.
+fn names_in(dir: &Path) -> Vec<std::ffi::OsString> {
+    (std::fs::read_dir(dir).unwrap())
+        .map(|e| e.unwrap().file_name())
+        .collect()
+}
+
+#[test]
+fn a_daemon_starting_beside_another_of_the_same_pid_leaves_its_socket_alone() {
+    // Two daemons of a DaemonSet's surge, each PID 1 of its container, start at once: the
+    // other one has bound `<socket>.<pid>.new` and is about to rename it onto the path.
+    // Removing that name made its rename take this daemon's socket, which this daemon then
+    // did not find at its own name (its start failed), and the other one served a socket
+    // nobody could reach.
+    let (d, socket, others, rt) = beside_a_socket();
+    let _guard = rt.enter();
+    let _other = std::os::unix::net::UnixListener::bind(&others).unwrap();
+    let (listener, ours, replaced) = listen(&socket, nix::unistd::geteuid().as_raw()).unwrap();
+    assert!(matches!(replaced, Replaced::Nothing));
+    assert!(others.exists(), "the other daemon's socket was removed");
+    assert!(is_ours(&socket, ours));
+    // The socket at the path is this daemon's listener: a call reaches it.
+    let _call = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let accepted = rt.block_on(listener.accept());
+    assert!(accepted.is_ok());
+    // Nothing of this daemon is left beside the path; the other's rename still works (and
+    // then this daemon sees that it lost the path).
+    let beside = names_in(d.path());
+    assert_eq!(beside.len(), 2, "{beside:?}");
+    std::fs::rename(&others, &socket).unwrap();
+    assert!(!is_ours(&socket, ours));
+}
+
+#[test]
+fn a_daemon_whose_queue_is_full_is_found_live_without_waiting() {
+    // A wedged daemon accepts nothing, and its socket's queue fills with the shims'
+    // connections: a blocking connect to it waited for ever, so the daemon started to
+    // replace it never bound its socket.
+    let (d, socket, _, _rt) = beside_a_socket();
+    let _wedged = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    // The queue filled with connections that stay open (without waiting, as `knock`).
+    let mut queued = Vec::new();
+    loop {
+        match connect_without_waiting(&socket) {
+            Ok(s) => queued.push(s),
+            Err(e) if e.raw_os_error() == Some(nix::Error::EAGAIN as i32) => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(queued.len() < 100_000, "the queue never filled");
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let left = d.path().join("plumb.sock.1.new");
+    std::fs::hard_link(&socket, &left).unwrap();
+    made_two_minutes_ago(&left);
+    std::thread::spawn(move || {
+        let _ = tx.send((knock(&socket), is_leftover(&left)));
+    });
+    let (knocked, leftover) = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("waited on the full queue");
+    assert_eq!(knocked, Err(nix::Error::EAGAIN));
+    assert!(
+        !leftover,
+        "a socket a daemon listens on was taken for a leftover"
+    );
+}
+
+#[test]
+fn a_socket_a_killed_daemon_left_beside_the_path_is_taken_once_a_minute_old() {
+    // A daemon that is PID 1 killed between its bind and its rename left
+    // `<socket>.1.new`, which nothing listens on: the next PID-1 daemon takes that name
+    // again rather than leaving it there for good. One just made is a daemon starting.
+    let (d, socket, left, rt) = beside_a_socket();
+    drop(std::os::unix::net::UnixListener::bind(&left).unwrap());
+    let _guard = rt.enter();
+    let uid = nix::unistd::geteuid().as_raw();
+    let (listener, _, _) = listen(&socket, uid).unwrap();
+    assert!(
+        left.exists(),
+        "a socket made just now was taken for a leftover"
+    );
+    drop(listener);
+    std::fs::remove_file(&socket).unwrap();
+    made_two_minutes_ago(&left);
+    let (_listener, ours, _) = listen(&socket, uid).unwrap();
+    assert!(is_ours(&socket, ours));
+    assert_eq!(names_in(d.path()), [std::ffi::OsString::from("plumb.sock")]);
+}
+
+#[test]
+fn plumbs_configuration_waits_for_the_kubeconfig_however_long_that_takes() {
+    // The service account's token not there yet (the kubelet has not mounted it): plumb's
+    // configuration, which names the kubeconfig, must not be written, or every ADD fails
+    // on a missing file, not at the first look only but at every look after it.
+    let d = tempfile::tempdir().unwrap();
+    let (sa, conf_dir) = (d.path().join("sa"), d.path().join("net.d"));
+    std::fs::create_dir_all(&sa).unwrap();
+    std::fs::create_dir_all(&conf_dir).unwrap();
+    let kubeconfig = conf_dir.join("plumb.d/plumb.kubeconfig");
+    let template = d.path().join("template.json");
+    std::fs::write(
+        &template,
+        serde_json::json!({"kubeconfig": kubeconfig}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        conf_dir.join("10-bridge.conf"),
+        r#"{"cniVersion": "1.0.0", "name": "cbr0", "type": "bridge"}"#,
+    )
+    .unwrap();
+    let env = |v: &str| match v {
+        "KUBERNETES_SERVICE_HOST" => Some("10.96.0.1".to_string()),
+        "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
+        _ => None,
+    };
+    let conf = ConfWriter::new(&template, conf_dir.clone(), None, Path::new("/s")).unwrap();
+    let written = conf.output();
+    let mut files = NodeFiles {
+        kubeconfig: Some(KubeconfigWriter::new(kubeconfig.clone(), sa.clone(), env).unwrap()),
+        conf: Some(conf),
+        kubeconfig_ready: false,
+    };
+    for _ in 0..3 {
+        files.step();
+        assert!(!kubeconfig.exists());
+        assert!(!written.exists(), "written before the kubeconfig");
+    }
+    std::fs::write(sa.join("token"), "t").unwrap();
+    std::fs::write(sa.join("ca.crt"), "CA").unwrap();
+    files.step();
+    assert!(kubeconfig.exists() && written.exists());
+}
+
+#[test]
+fn leftovers_of_killed_writers_of_the_node_files_are_swept_once_an_hour_old() {
+    // A daemon killed while it wrote the token copy left `.token.tmpN`; no GC sweeps the
+    // configuration directory, so it stayed for ever, a copy of a token on the host.
+    let d = tempfile::tempdir().unwrap();
+    let (sa, conf_dir) = (d.path().join("sa"), d.path().join("net.d"));
+    let plumb_d = conf_dir.join("plumb.d");
+    std::fs::create_dir_all(&plumb_d).unwrap();
+    let template = d.path().join("template.json");
+    std::fs::write(&template, "{}").unwrap();
+    let env = |v: &str| match v {
+        "KUBERNETES_SERVICE_HOST" => Some("10.96.0.1".to_string()),
+        "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
+        _ => None,
+    };
+    let files = NodeFiles {
+        kubeconfig: Some(KubeconfigWriter::new(plumb_d.join("plumb.kubeconfig"), sa, env).unwrap()),
+        conf: Some(ConfWriter::new(&template, conf_dir.clone(), None, Path::new("/s")).unwrap()),
+        kubeconfig_ready: false,
+    };
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    let put = |path: PathBuf, aged: bool| {
+        let f = std::fs::File::create(&path).unwrap();
+        if aged {
+            f.set_modified(old).unwrap();
+        }
+        path
+    };
+    let swept = [
+        put(plumb_d.join(".token.tmp1"), true),
+        put(plumb_d.join(".ca.crt.tmp4242"), true),
+        put(plumb_d.join(".plumb.kubeconfig.tmp1"), true),
+        put(conf_dir.join(".00-plumb.conflist.tmp3735928559"), true),
+    ];
+    let kept = [
+        // A live writer's, and files of other names.
+        put(plumb_d.join(".token.tmp7"), false),
+        put(plumb_d.join(".other.tmp1"), true),
+        put(conf_dir.join(".10-flannel.conflist.tmp1"), true),
+        put(plumb_d.join("token.tmp1"), true),
+    ];
+    files.sweep_leftovers();
+    for f in swept {
+        assert!(!f.exists(), "{} left", f.display());
+    }
+    for f in kept {
+        assert!(f.exists(), "{} removed", f.display());
+    }
+}
