@@ -1,13 +1,6 @@
-//! The API clients the daemon keeps between CNI calls, so that a call finds a client already
-//! built and its connection to the API server already open: no kubeconfig to parse, no TCP or
-//! TLS handshake.
-//!
-//! A call takes a client for its own use and gives it back when it ends, so two calls never
-//! share one (each call counts its own API budget, and a 401 rebuilds only its own client).
-//! Calls at the same time each get one: the first finds none idle and builds its own, as thin
-//! mode does. A client is given out again only while the kubeconfig and every file it names
-//! still hold what they held when it was built ([`KubeCluster::unchanged`]): a rotated
-//! service-account token is never sent after its file was replaced.
+//! The API clients the daemon keeps between CNI calls ([`ClientPool`]), so that a call finds a
+//! client already built and its connection to the API server already open: no kubeconfig to
+//! parse, no TCP or TLS handshake.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -24,6 +17,10 @@ const MAX_IDLE: usize = 4;
 /// be retried on a new one. Past this, the next call builds a client, as thin mode does.
 const IDLE_FOR: Duration = Duration::from_secs(30);
 
+/// Idle clients. A call takes one for its own use and gives it back when it ends, so two calls
+/// never share one (each call counts its own API budget, and a 401 rebuilds only its own
+/// client). Calls at the same time each get one: the first finds none idle and builds its own,
+/// as thin mode does.
 pub struct ClientPool {
     idle: Mutex<Vec<Idle>>,
     /// [`MAX_IDLE`] and [`IDLE_FOR`]; other limits in tests only.
@@ -65,7 +62,10 @@ impl ClientPool {
     }
 
     /// An idle client for `kubeconfig`, readied for a call with `budget` of API time; `None`
-    /// when there is none that may be used (then the call builds one).
+    /// when there is none that may be used (then the call builds one). A client is given out
+    /// again only while the kubeconfig and every file it names still hold what they held when
+    /// it was built ([`KubeCluster::unchanged`]): a rotated service-account token is never sent
+    /// after its file was replaced.
     pub fn take(&self, kubeconfig: &Path, budget: Duration) -> Option<KubeCluster> {
         let (found, expired) = {
             let (mut idle, expired) = self.fresh();

@@ -1,20 +1,9 @@
-//! The kubelet's PodResources API (v1) as plumb uses it: which device IDs the kubelet gave a pod's
-//! containers, per resource name. A NetworkAttachmentDefinition with the
-//! `k8s.v1.cni.cncf.io/resourceName` annotation gets its delegate's `deviceID` from these
-//! (docs/multus-behaviour.md §2.9), and the device-info spec 1.1 §4.2.1 says an implementation "must
-//! query Kubelet to find the DeviceID of the allocated resource" (§4.1: "through the Pod
-//! Resources API").
-//!
-//! [`PodResources`] is the engine's seam; [`KubeletPodResources`] is the real one:
-//! gRPC over the kubelet's unix socket, on a current-thread tokio runtime made for each call.
-//! It asks `Get` for the one pod, and falls back to `List` on kubelets that lack `Get` (before
-//! 1.27: UNIMPLEMENTED) or have it switched off (the `KubeletPodResourcesGet` feature gate,
-//! off by default before 1.34: UNKNOWN "PodResources API Get method disabled"). Only devices
-//! from device plugins are read; DRA claims (`dynamic_resources`) are not.
-//!
-//! The gRPC code in `pod_resources/v1.rs` is generated from `proto/podresources/v1/api.proto`
-//! and checked in, so plumb's build needs no code generator; testkit's build regenerates it and
-//! a test fails when the two differ (the file's header says how to update it).
+//! The kubelet's PodResources API (v1) as plumb uses it: which device IDs the kubelet gave a
+//! pod's containers, per resource name, for the `deviceID` of a NAD with the
+//! `k8s.v1.cni.cncf.io/resourceName` annotation (docs/multus-behaviour.md §2.9). The device-info
+//! spec 1.1 §4.2.1 says an implementation "must query Kubelet to find the DeviceID of the
+//! allocated resource" (§4.1: "through the Pod Resources API"). [`KubeletPodResources`] is the
+//! engine's [`PodResources`], over gRPC on the kubelet's unix socket.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -31,9 +20,11 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::{Code, Status};
 
-// Generated code: formatted by its generator, not by rustfmt (the check in testkit compares it
-// byte for byte). Clippy finds nothing in it today; the allow keeps a newer clippy's lint in
-// code nobody edits from failing plumb's build.
+// Generated code, from `proto/podresources/v1/api.proto`, checked in so that plumb's build
+// needs no code generator; testkit's build regenerates it and a test fails when the two differ
+// (the file's header says how to update it). Formatted by its generator, not by rustfmt (the
+// check in testkit compares it byte for byte). Clippy finds nothing in it today; the allow
+// keeps a newer clippy's lint in code nobody edits from failing plumb's build.
 #[rustfmt::skip]
 #[allow(clippy::all)]
 mod v1;
@@ -70,6 +61,10 @@ impl KubeletPodResources {
         &self.socket
     }
 
+    /// The devices of pod `namespace/name`, by `Get` for the one pod, falling back to `List` on
+    /// kubelets that lack `Get` (before 1.27: UNIMPLEMENTED) or have it switched off (the
+    /// `KubeletPodResourcesGet` feature gate, off by default before 1.34: UNKNOWN "PodResources
+    /// API Get method disabled").
     async fn query(&self, namespace: &str, name: &str) -> Result<Option<PodDevices>, CniError> {
         let mut client = self.connect().await?;
         let get = GetPodResourcesRequest {
@@ -300,7 +295,8 @@ fn pod_not_found(s: &Status) -> bool {
 }
 
 /// The pod's device IDs per resource, sorted and without duplicates. Entries without a
-/// resource name or ID, which no NAD can use, are left out.
+/// resource name or ID, which no NAD can use, are left out. Only devices from device plugins
+/// are read; DRA claims (`dynamic_resources`) are not.
 fn devices(pod: &v1::PodResources) -> PodDevices {
     let mut map = PodDevices::new();
     for container in &pod.containers {

@@ -1,18 +1,8 @@
 //! The result cache, in libcni's on-disk format (`libcni/api.go` `cachedInfo`), so that other CNI
-//! tools (cnitool, CRI runtimes) read what we write and we read what they wrote.
-//!
-//! Spec §3 "Adding an attachment": the runtime must store the final result persistently, for
-//! CHECK and DEL. libcni keeps one file per attachment at
-//! `<base>/results/<network>-<containerID>-<ifname>` (directory 0700, file 0600) holding:
-//!
-//! ```json
-//! {"kind":"cniCacheV1","containerId":"…","config":"<base64 of the conflist bytes>","ifName":"…",
-//!  "networkName":"…","netns":"…","cniArgs":[["K","V"]],"capabilityArgs":{…},"result":{…}}
-//! ```
-//!
-//! Files are written atomically (temporary file, rename), unlike libcni's plain write: a crash
-//! mid-write must not leave a truncated entry that makes DEL lose its `prevResult`. Like libcni
-//! they are not fsynced (see [`write_atomic`]).
+//! tools (cnitool, CRI runtimes) read what we write and we read what they wrote (spec §3 "Adding
+//! an attachment": the runtime must store the final result persistently, for CHECK and DEL). One
+//! file per attachment at `<base>/results/<network>-<containerID>-<ifname>` ([`ResultCache`]);
+//! also the atomic and durable file writes plumb's other files use ([`write_atomic`], [`stage`]).
 
 use std::fs;
 use std::io::{self, Write};
@@ -37,7 +27,12 @@ pub const KIND_V1: &str = "cniCacheV1";
 /// few KiB; anything far larger is not one, and is not read whole.
 pub const MAX_ENTRY: u64 = 16 << 20;
 
-/// One cache entry: what libcni's `cachedInfo` holds.
+/// One cache entry: what libcni's `cachedInfo` holds, written as
+///
+/// ```json
+/// {"kind":"cniCacheV1","containerId":"…","config":"<base64 of the conflist bytes>","ifName":"…",
+///  "networkName":"…","netns":"…","cniArgs":[["K","V"]],"capabilityArgs":{…},"result":{…}}
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct CachedAttachment {
     pub container_id: String,
@@ -147,6 +142,8 @@ impl ResultCache {
     }
 
     /// Writes an entry atomically, creating the directory (0700) if needed; the file is 0600.
+    /// Atomically, unlike libcni's plain write: a crash mid-write must not leave a truncated
+    /// entry that makes DEL lose its `prevResult`. Like libcni's, not fsynced ([`write_atomic`]).
     pub fn write(&self, entry: &CachedAttachment) -> Result<(), CniError> {
         let path = self.path(&entry.network_name, &entry.container_id, &entry.if_name)?;
         let dir = self.results_dir();

@@ -1,13 +1,8 @@
-//! Loading network configurations from a directory, as libcni does (`LoadConfList`,
-//! `ConfFiles`, `NetworkPluginConfsFromFiles`).
-//!
-//! - `.conflist` files are searched first, then `.conf` and `.json` single configs; each group in
-//!   file-name order. The first whose `name` matches wins.
-//! - Unless `loadOnlyInlinedPlugins` is true, plugin objects in `.conf` files of the sibling
-//!   directory named after the network are appended to the list (spec §1 `plugins`).
-//! - Unlike libcni, a broken file does not stop the search for another network: it is skipped,
-//!   and named in the "not found" error, so one bad file on a node does not break every network.
-//!   A broken file that declares the network's own `name` does stop it, with its error.
+//! Loading network configurations from a directory, as libcni does (`LoadConfList`, `ConfFiles`,
+//! `NetworkPluginConfsFromFiles`): `.conflist` files first, then `.conf` and `.json`, each group
+//! in file-name order, the first whose `name` matches winning ([`find_network`]). Unlike libcni,
+//! a broken file of another network does not stop the search, so one bad file on a node does
+//! not break every network.
 
 use std::fs;
 use std::io;
@@ -74,8 +69,9 @@ fn read(path: &Path) -> Result<Vec<u8>, CniError> {
     })
 }
 
-/// Parses one file: a `.conflist` as a list, anything else as a single config. Sibling plugins
-/// are added for lists (see the module comment).
+/// Parses one file: a `.conflist` as a list, anything else as a single config. Unless
+/// `loadOnlyInlinedPlugins` is true, the plugin objects in `.conf` files of the sibling directory
+/// named after the network are appended to a list (spec §1 `plugins`).
 pub fn load_file(path: &Path) -> Result<NetworkConfigList, CniError> {
     let bytes = read(path)?;
     let is_list = path.extension().is_some_and(|e| e == "conflist");
@@ -146,7 +142,8 @@ pub fn load_network(dir: &Path, name: &str) -> Result<NetworkConfigList, CniErro
 
 /// The network called `name` in `dir`, `Ok(None)` when there is none. A file declaring `name`
 /// that cannot be loaded is its error. Not finding it while some files could not be read is an
-/// error naming them: one of them may be the network meant.
+/// error naming them: one of them may be the network meant. Unlike libcni, a broken file of
+/// another network is skipped rather than ending the search.
 pub fn find_network(dir: &Path, name: &str) -> Result<Option<NetworkConfigList>, CniError> {
     let mut broken = Vec::new();
     for f in search_order(dir)? {

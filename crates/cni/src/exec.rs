@@ -1,10 +1,7 @@
 //! Finding and running a plugin binary: the runtime side of spec §2 "Execution Protocol".
-//!
 //! [`Exec`] is the seam for every plugin execution (Go `pkg/invoke` `Exec`): [`RawExec`] runs real
 //! binaries; tests substitute fakes that record calls. A plugin gets its parameters in `CNI_*`
-//! variables (set here, overriding any inherited from our own environment: plumb itself runs as
-//! a plugin with the runtime's `CNI_*` values), its configuration on stdin, and answers on stdout;
-//! stderr is captured for diagnostics.
+//! variables, its configuration on stdin, and answers on stdout; stderr is captured.
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -54,7 +51,8 @@ impl Command {
     }
 }
 
-/// The `CNI_*` parameters of one execution (spec §2 "Parameters").
+/// The `CNI_*` parameters of one execution (spec §2 "Parameters"), set over any inherited from
+/// our own environment: plumb itself runs as a plugin with the runtime's `CNI_*` values.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PluginEnv {
     pub command: String,

@@ -2,15 +2,6 @@
 //! process running several calls at once (plumb's daemon) needs so that each call's plugins
 //! hold that call's lock, as a process running one call gets by leaving its lock's descriptor
 //! open across `exec` for all its children.
-//!
-//! A descriptor is inherited when it lacks `FD_CLOEXEC` at the moment of the `fork` (or
-//! `posix_spawn`). So the descriptor is kept close-on-exec; each plugin start through
-//! [`spawning`] makes a duplicate without the flag, starts the plugin, and closes the duplicate,
-//! and every plugin start through [`spawning`], in every thread, holds one process-wide lock, so
-//! that no other plugin starts while a duplicate is open. A process started meanwhile by other
-//! code (not through [`spawning`]) could still inherit one: it would hold that lock while it
-//! lives, which delays, never breaks, what the lock guards. plumb starts every process it
-//! starts through [`spawning`] (the delegates, an exec credential plugin).
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -66,6 +57,15 @@ impl Drop for Inherited {
 
 /// Runs `start` (a plugin's `spawn`), its child inheriting this thread's descriptor if it has
 /// one ([`Inherited`]).
+///
+/// A descriptor is inherited when it lacks `FD_CLOEXEC` at the moment of the `fork` (or
+/// `posix_spawn`). So the descriptor is kept close-on-exec; each start makes a duplicate without
+/// the flag, starts the plugin, and closes the duplicate, and every start through this function,
+/// in every thread, holds one process-wide lock, so that no other plugin starts while a
+/// duplicate is open. A process started meanwhile by other code (not through this function)
+/// could still inherit one: it would hold that lock while it lives, which delays, never breaks,
+/// what the lock guards. plumb starts every process it starts through this function (the
+/// delegates, an exec credential plugin).
 pub fn spawning<T>(start: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
     let all = inherited();
     let open = all

@@ -1,16 +1,7 @@
 //! Deriving the request configuration one plugin receives on stdin from its plugin configuration
 //! object (spec §3 "Deriving request configuration from plugin configuration" and "Deriving
-//! runtimeConfig").
-//!
-//! - `name` and `cniVersion` are always inserted, from the list.
-//! - For ADD, CHECK and DEL: `runtimeConfig` holds exactly the capability arguments the plugin
-//!   declares as `true` (no key at all when none match; a `runtimeConfig` written in the config
-//!   itself is then left as it is, as libcni does); `prevResult` is the previous result in the
-//!   list's version; `capabilities` is removed ("must not be set").
-//! - For GC: `cni.dev/valid-attachments`, and `cni.dev/attachments` too, because spec 1.1.0
-//!   first named the key that way and plugins built then read it (libcni sends both, #1101).
-//! - Keys starting with `cni.dev/` are reserved (spec §1): any the configuration holds are not
-//!   passed on. Every other key passes unchanged.
+//! runtimeConfig"): `name` and `cniVersion` from the list, `runtimeConfig` from the capabilities
+//! the plugin declares, `prevResult` in the list's version, GC's valid attachments ([`build`]).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -55,6 +46,16 @@ pub fn runtime_config(
 }
 
 /// Builds the request JSON for one plugin of list `name` at `version`.
+///
+/// - `name` and `cniVersion` are always inserted, from the list.
+/// - For ADD, CHECK and DEL: `runtimeConfig` holds exactly the capability arguments the plugin
+///   declares as `true` (no key at all when none match; a `runtimeConfig` written in the config
+///   itself is then left as it is, as libcni does); `prevResult` is the previous result in the
+///   list's version; `capabilities` is removed ("must not be set").
+/// - For GC: `cni.dev/valid-attachments`, and `cni.dev/attachments` too, because spec 1.1.0
+///   first named the key that way and plugins built then read it (libcni sends both, #1101).
+/// - Keys starting with `cni.dev/` are reserved (spec §1): any the configuration holds are not
+///   passed on. Every other key passes unchanged.
 pub fn build(
     name: &str,
     version: Version,

@@ -1,17 +1,8 @@
 //! Executing a network configuration list: the runtime side of spec §3 ("Adding an attachment",
 //! "Deleting an attachment", "Checking an attachment", "Garbage-collecting a network") and of
-//! STATUS and VERSION (spec §2). It is what libcni's `CNIConfig` is to Go runtimes.
-//!
-//! Where this differs from libcni, it is on the safe side:
-//! - Every parameter is validated and every plugin binary found *before* the first plugin runs,
-//!   so a bad request has no side effects.
-//! - DEL keeps going past a failing plugin and reports every error at the end, so one broken
-//!   plugin does not keep the IPAM plugin from releasing the address; the cache entry is kept
-//!   when anything failed, so a retried DEL still has the `prevResult`.
-//! - A plugin's result is converted to the list's version before it is passed on as
-//!   `prevResult` (spec §3 wants it in that version; libcni passes whatever the plugin printed).
-//! - An ADD plugin that prints the spec's error object but exits 0 has failed; libcni would
-//!   decode the error as an empty result and go on.
+//! STATUS and VERSION (spec §2), as libcni's `CNIConfig` is to Go runtimes. Where it differs from
+//! libcni, it is on the safe side: nothing runs before every check has passed, DEL goes on past
+//! failures, and a plugin's printed error is never taken for a result.
 
 use std::path::{Path, PathBuf};
 
@@ -179,7 +170,7 @@ impl CniConfig {
 
     /// The checks ADD makes before running anything: the request, and every plugin of the
     /// list found. An error here means no plugin of the list ran, so there is nothing of it to
-    /// undo.
+    /// undo: unlike libcni, a bad request has no side effects.
     pub fn prepare_add(
         &self,
         list: &NetworkConfigList,
@@ -247,6 +238,8 @@ impl CniConfig {
                     list.plugins.len()
                 ))));
             }
+            // In the list's version before it is passed on as `prevResult` (spec §3 wants it in
+            // that version; libcni passes whatever the plugin printed).
             let result = CniResult::parse(&out.stdout, list.cni_version)
                 .and_then(|r| r.convert_to(list.cni_version))
                 .map_err(|e| {
@@ -330,8 +323,10 @@ impl CniConfig {
 
     /// DEL (spec §3 "Deleting an attachment"): every plugin in reverse order with the cached
     /// result (0.4.0+). An unreadable cache entry is dropped and DEL goes on without a
-    /// `prevResult`, as libcni does. Keeps going past failures and reports all of them; the
-    /// cache entry is removed only when every plugin succeeded.
+    /// `prevResult`, as libcni does. Keeps going past failures and reports all of them, where
+    /// libcni stops at the first: one broken plugin does not keep the IPAM plugin from releasing
+    /// the address. The cache entry is removed only when every plugin succeeded, so a retried
+    /// DEL still has the `prevResult`.
     pub fn del_network_list(
         &self,
         list: &NetworkConfigList,
@@ -495,10 +490,10 @@ impl CniConfig {
 }
 
 /// The spec's error object where a result was expected: a plugin that printed its error but
-/// exited 0. Decoded as a result it would be an empty one (its keys are not result keys), and
-/// the attachment would go on and be cached as if the plugin had succeeded; CNI spec §5 "Error"
-/// says the plugin failed. Only an object with a numeric `code` and no result key is taken for
-/// an error.
+/// exited 0. Decoded as a result (as libcni does) it would be an empty one (its keys are not
+/// result keys), and the attachment would go on and be cached as if the plugin had succeeded;
+/// CNI spec §5 "Error" says the plugin failed. Only an object with a numeric `code` and no
+/// result key is taken for an error.
 fn error_printed_as_result(stdout: &[u8]) -> Option<CniError> {
     const RESULT_KEYS: [&str; 6] = ["interfaces", "ips", "routes", "dns", "ip4", "ip6"];
     let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(stdout) else {

@@ -1,21 +1,7 @@
 //! The plugin side of the protocol (spec §2 "Execution Protocol", §5 "Result Types"): what every
-//! CNI plugin does before and after its own work. It is what Go's `pkg/skel` is to Go plugins.
-//!
-//! [`dispatch`] reads the `CNI_*` variables through an injected `getenv` and the configuration
-//! from an injected reader, so a plugin's every command is unit-tested without touching the
-//! process environment. It:
-//! - checks the variables each command requires (spec §2 "Parameters"; the table of
-//!   `pkg/skel`) *before* the plugin acts, and answers code 4 naming every missing one;
-//! - answers VERSION itself (spec §2 "VERSION"), echoing the requested version;
-//! - decodes the configuration, refuses a version the plugin does not support (code 1), a
-//!   CHECK below 0.4.0, a GC or STATUS below 1.1.0, and a config without a valid `name`;
-//! - refuses an ADD or DEL whose `CNI_NETNS` is the plugin's own network namespace (code 8);
-//! - prints an ADD result converted to the configuration's `cniVersion` (spec §5: "the
-//!   `cniVersion` of the result must match the one in the configuration");
-//! - prints any error as the spec's error JSON on stdout and exits non-zero (spec §5 "Error").
-//!
-//! Unlike Go's skel, which runs the plugin first and only then rejects a `CNI_NETNS` equal to its
-//! own namespace, every check here happens before the plugin runs.
+//! CNI plugin does before and after its own work, as Go's `pkg/skel` does for Go plugins.
+//! [`dispatch`] reads the `CNI_*` variables and the configuration through injected functions, so
+//! a plugin's every command is unit-tested without touching the process environment.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -88,7 +74,19 @@ fn minimum_version(command: Command) -> Option<Version> {
 
 /// Runs one invocation of `plugin`: reads the parameters through `getenv` and the configuration
 /// from `stdin`, writes the result or the error JSON to `stdout`, and returns the process exit
-/// code (0 on success, 1 on error).
+/// code (0 on success, 1 on error). It:
+/// - checks the variables each command requires (spec §2 "Parameters"; the table of
+///   `pkg/skel`) *before* the plugin acts, and answers code 4 naming every missing one;
+/// - answers VERSION itself (spec §2 "VERSION"), echoing the requested version;
+/// - decodes the configuration, refuses a version the plugin does not support (code 1), a
+///   CHECK below 0.4.0, a GC or STATUS below 1.1.0, and a config without a valid `name`;
+/// - refuses an ADD or DEL whose `CNI_NETNS` is the plugin's own network namespace (code 8);
+/// - prints an ADD result converted to the configuration's `cniVersion` (spec §5: "the
+///   `cniVersion` of the result must match the one in the configuration");
+/// - prints any error as the spec's error JSON on stdout and exits non-zero (spec §5 "Error").
+///
+/// Unlike Go's skel, which runs the plugin first and only then rejects a `CNI_NETNS` equal to
+/// its own namespace, every check here happens before the plugin runs.
 pub fn dispatch(
     plugin: &dyn Plugin,
     getenv: &dyn Fn(&str) -> Option<String>,

@@ -1,11 +1,7 @@
 //! plumb's own configuration: the JSON the runtime gives plumb on stdin when it runs as the CNI
-//! plugin. Multus's keys are accepted unchanged, with their defaults (docs/multus-behaviour.md §1.1),
-//! so a Multus configuration file works as it is; plumb's own keys are prefixed `plumb`.
-//!
-//! Every key is known: a mistyped key is an error that names it, because a silently ignored
-//! setting (say `namespaceIsolaton`) is a security hole on a production cluster. Keys Multus
-//! itself ignores, and the thick-mode daemon keys that Multus merges into the request, are
-//! accepted with a warning the caller logs.
+//! plugin. Multus's keys are accepted unchanged, with their defaults (docs/multus-behaviour.md
+//! §1.1), so a Multus configuration file works as it is; plumb's own keys are prefixed `plumb`.
+//! Every key is known: a mistyped one is an error that names it ([`Config::parse`]).
 
 use std::path::PathBuf;
 
@@ -76,7 +72,9 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
-/// Keys Multus reads or tolerates that plumb accepts without acting on them, with the reason.
+/// Keys Multus reads or tolerates that plumb accepts without acting on them, with the reason:
+/// the keys Multus itself ignores, and the thick-mode daemon keys that Multus merges into the
+/// request. Accepted with a warning the caller logs.
 const IGNORED: &[(&str, &str)] = &[
     ("type", "the plugin's own type"),
     (
@@ -199,6 +197,9 @@ impl Reader<'_> {
     }
 }
 
+/// The keys plumb reads. A key neither here nor in [`IGNORED`] is an error that names it,
+/// because a silently ignored setting (say `namespaceIsolaton`) is a security hole on a
+/// production cluster.
 const KNOWN: &[&str] = &[
     "cniVersion",
     "name",

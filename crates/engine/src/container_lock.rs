@@ -1,37 +1,8 @@
-//! One CNI call at a time per container, whichever process runs it. Every ADD, DEL and CHECK
-//! holds an exclusive `flock` on `<plumbStateDir>/<containerID>.lock` from the start of its
-//! handling to its end, in thin mode and in the daemon alike: during a daemon's drain (its
-//! socket gone, new calls run in thin mode) or a restart, a call in a plugin process and one in
-//! the daemon for the same container would otherwise run side by side, and a DEL that ran
-//! beside its ADD would find nothing to undo while the ADD went on to attach the pod (a leak).
-//! Locks taken through separate `open()`s exclude each other even within one process (flock(2)),
-//! so the daemon needs no lock of its own. A lock is released by the kernel when its holder
-//! dies, so a killed call never leaves the container locked.
-//!
-//! The lock file is removed at the end of a successful DEL, while it is still held, so that the
-//! state directory does not keep a file for every sandbox the node ever ran (nothing else would
-//! remove them: GC works from the records). That opens the classic unlink race — a call that
-//! opened the file just before it was removed then locks an inode nobody else can find — so a
-//! taker checks, once it holds the lock, that the path still names the inode it locked, and
-//! starts again otherwise.
-//!
-//! On a state file system with no room for a new file (out of blocks, inodes or quota), a call
-//! whose container has no lock file yet takes turns on the state directory instead: a DEL must
-//! not fail for want of an empty file on a full node, where the kubelet evicts pods to make room.
-//!
-//! In a process that runs one call (thin mode, `plumb attach`), the delegates inherit the lock
-//! ([`Turn::share_with_children`]); in the daemon, each call's own delegates alone
-//! ([`Turn::share_with_this_threads_plugins`]): a delegate left running when the process that
-//! ran its call was killed holds back the DEL that follows until it has finished, and the DEL
-//! then undoes it too.
-//!
-//! A call that waits says so, naming the holder; one that waits long (a call for the container
-//! that does not end, holding back every later one) says so as an error ([`Waiting`]).
-//!
-//! One wait would never end: plumb run as a delegate of plumb itself for the same container (a
-//! network's configuration names plumb), the outer call holding the lock while it waits for its
-//! delegate. A call that finds the lock held by its own process's ancestor (`/proc/locks` names
-//! the holder) is that case, and fails at once ([`NoTurn::Nested`]).
+//! One CNI call at a time per container, whichever process runs it (CNI spec 1.1 §3, "must not
+//! invoke parallel operations for the same container"; multi-net spec §7.3): every ADD, DEL and
+//! CHECK holds an exclusive `flock` on `<plumbStateDir>/<containerID>.lock` from start to end, in
+//! thin mode and in the daemon alike, so that a DEL never runs beside its ADD. A call that waits
+//! says so, naming the holder ([`Waiting`]); one nested in plumb itself fails ([`NoTurn::Nested`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -49,6 +20,10 @@ use crate::record::RecordStore;
 pub mod node_call;
 
 /// A container's turn: its lock, held while this lives.
+///
+/// `flock`s taken through separate `open()`s exclude each other even within one process
+/// (flock(2)), so the daemon needs no lock of its own; the kernel releases one when its holder
+/// dies, so a killed call never leaves its container locked.
 #[derive(Debug)]
 pub struct Turn {
     /// While the turn is shared with this thread's plugins
@@ -98,6 +73,12 @@ pub enum Waiting {
 /// as [`take`] does. A call that has to wait is given to `say`, with a line naming the process
 /// that holds the lock: once when it begins to wait, then as [`Waiting::Long`] while the wait
 /// goes on (from a thread of its own, as the waiting one is blocked in `flock`).
+///
+/// Taken by every ADD, DEL and CHECK from the start of its handling to its end: during a
+/// daemon's drain (its socket gone, new calls run in thin mode) or a restart, a call in a plugin
+/// process and one in the daemon for the same container would otherwise run side by side, and a
+/// DEL that ran beside its ADD would find nothing to undo while the ADD went on to attach the
+/// pod (a leak).
 pub fn take_for(
     records: &RecordStore,
     id: &str,
@@ -505,7 +486,9 @@ pub(crate) fn acquire(path: &Path, how: FlockArg) -> Result<Option<Turn>, CniErr
                     path: (locked == path).then(|| path.to_path_buf()),
                 }));
             }
-            // Removed (or replaced) by the DEL that held it before: that inode is nobody's.
+            // Removed (or replaced) by the DEL that held it before (`Turn::end_for_good`):
+            // opened just before that, the file locked is an inode nobody else can find (the
+            // unlink race), so the taker starts again on the file the path names now.
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(fail("cannot stat it", &e)),
@@ -597,7 +580,10 @@ impl Turn {
     }
 
     /// Ends the turn of a container that is gone (a successful DEL): its lock file is removed
-    /// while still held, so a call waiting on it starts again on a new file (see the module).
+    /// while still held, so a call waiting on it starts again on a new file (`acquire` checks
+    /// that the path still names the inode it locked). Removed so that the state directory does
+    /// not keep a file for every sandbox the node ever ran: nothing else would remove them (GC
+    /// works from the records).
     pub fn end_for_good(self) {
         if let Some(path) = &self.path {
             let _ = fs::remove_file(path);

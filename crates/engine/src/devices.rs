@@ -1,12 +1,9 @@
-//! Devices of device-backed networks (docs/multus-behaviour.md §2.9; device-info spec 1.1.0): which
-//! device each attachment gets, and the attachment's device-info file.
-//!
-//! - [`KubeletDevices`] answers the planner's [`Devices`] from the kubelet's PodResources API,
-//!   asked once per CNI call however many networks need a device.
-//! - [`device_info_path`] is an attachment's CNI device-info file (device-info spec §4.2): the
-//!   device plugin's file copied there before ADD, the path given to plugins that declare
-//!   `CNIDeviceInfoFile` (§5.1), read back after ADD for the network-status `device-info`
-//!   (multi-net spec §5.3.7), deleted on DEL.
+//! Devices of device-backed networks (docs/multus-behaviour.md §2.9; device-info spec 1.1.0):
+//! which device each attachment gets ([`KubeletDevices`], the kubelet asked once per CNI call),
+//! and the attachment's device-info file (device-info spec §4.2, [`device_info_path`]): the
+//! device plugin's file copied there before ADD, the path given to plugins that declare
+//! `CNIDeviceInfoFile` (§5.1), read back after ADD for the network-status `device-info`
+//! (multi-net spec §5.3.7), deleted on DEL.
 
 use std::cell::OnceCell;
 use std::collections::BTreeSet;

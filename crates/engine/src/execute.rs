@@ -1,19 +1,8 @@
 //! Executing a plan on the node: ADD, DEL and CHECK of every attachment of a pod sandbox
 //! through the `cni` crate, one after the other (multi-net spec §7.3), with the attachment
-//! record written before each ADD so that DEL can always undo what ADD began (§7.2).
-//!
-//! - ADD stops at the first failure (§7.2 "attachments that have not yet been performed shall
-//!   not be attempted") and rolls back what it did, in reverse, before returning the error. If
-//!   the rollback itself failed, the record keeps what it could not undo, for the runtime's DEL;
-//!   if it succeeded, the record stays with nothing in it, so that DEL has nothing to do.
-//! - An attachment with a device, a device resource or a plugin declaring `CNIDeviceInfoFile`
-//!   gets its device-info file (device-info spec §4.2, §5.1): the device plugin's file copied
-//!   there before its ADD, read back after it for the network-status, and deleted by DEL (the
-//!   record names it, so DEL needs no kubelet).
-//! - DEL works from the record alone (no pod, NAD or API server needed), in reverse, keeps
-//!   going past failures and reports every one of them; the record goes last, and only when
-//!   everything was undone. Otherwise it keeps only what is left to undo, so that a retry
-//!   repeats no DEL that succeeded.
+//! record written before each ADD so that DEL can always undo what ADD began (§7.2). ADD stops
+//! at the first failure and rolls back; DEL works from the record alone; an attachment with a
+//! device gets its device-info file (device-info spec §4.2, §5.1).
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -115,7 +104,10 @@ fn list_json(list: &NetworkConfigList) -> Value {
 
 /// What the record keeps of an attachment of sandbox `container_id`: its device-info file too
 /// when it has one ([`device_info_path`]), which is also offered to the plugins as
-/// `CNIDeviceInfoFile` (device-info spec §5.1).
+/// `CNIDeviceInfoFile` (device-info spec §5.1). An attachment with a device, a device resource
+/// or a plugin declaring `CNIDeviceInfoFile` gets one (device-info spec §4.2): the device
+/// plugin's file copied there before its ADD, read back after it for the network-status, and
+/// deleted by DEL (the record names it, so DEL needs no kubelet).
 fn recorded(a: &Attachment, container_id: &str, dirs: &DeviceInfoDirs) -> RecordedAttachment {
     let device_info_file = device_info_path(dirs, a, container_id);
     let mut capability_args = a.capability_args.clone();
@@ -343,6 +335,10 @@ impl Executor<'_> {
     /// rather than one per attachment (measured: each costs an fsync), and as safe, since DEL
     /// of an attachment that never ran is harmless. A record already there (an ADD repeated
     /// without DEL) is undone first, so nothing it names is forgotten.
+    ///
+    /// Stops at the first failure (multi-net spec §7.2: "attachments that have not yet been
+    /// performed shall not be attempted") and rolls back what it did, in reverse, before
+    /// returning the error (`Executor::roll_back`).
     pub fn add(
         &self,
         sandbox: &Sandbox,
@@ -555,6 +551,11 @@ impl Executor<'_> {
     /// (it may be gone: the delegates still get DEL, so IPAM releases addresses; empty means the
     /// recorded one).
     /// Without a record there is nothing plumb did: `Ok(false)`.
+    ///
+    /// Works from the record alone (no pod, NAD or API server needed), keeps going past failures
+    /// and reports every one of them; the record goes last, and only when everything was undone.
+    /// Otherwise it keeps only what is left to undo, so that a retry repeats no DEL that
+    /// succeeded.
     pub fn del(&self, sandbox: &Sandbox, netns: &str) -> Result<bool, CniError> {
         let Some(record) = self.records.load(&sandbox.container_id)? else {
             return Ok(false);

@@ -1,11 +1,8 @@
 //! plumb's log: one line per message, `<RFC3339 time> [<level>] <message>`, as Multus writes it
-//! (docs/multus-behaviour.md §2.15), to `logFile` (appended) and/or stderr (`logToStderr`). A CNI plugin's
-//! stderr is captured by the runtime and shown in its own logs, which is where operators look
-//! first; the file keeps a history across calls.
-//!
+//! (docs/multus-behaviour.md §2.15), to `logFile` (appended) and/or stderr (`logToStderr`).
 //! Logging never fails (nor holds) a CNI call: a log file that cannot be opened or written, or
-//! that is not a regular file (a FIFO nobody reads would block the call), is reported once
-//! on stderr and dropped.
+//! that is not a regular file (a FIFO nobody reads would block the call), is reported once on
+//! stderr and dropped.
 
 use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
@@ -17,6 +14,8 @@ use std::sync::Mutex;
 use crate::config::{Config, LogLevel};
 use cni::files;
 
+/// Where a call's lines go: stderr, which the runtime captures and shows in its own logs (where
+/// operators look first), and the log file, which keeps a history across calls.
 pub struct Log {
     level: LogLevel,
     stderr: bool,

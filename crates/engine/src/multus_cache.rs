@@ -1,15 +1,8 @@
 //! Multus's scratch cache, read by DEL so that a node moved from Multus to plumb with pods
 //! running does not leak their addresses (docs/multus-behaviour.md §2.11, §2.13). plumb has no
-//! record of a sandbox Multus attached; Multus wrote `<cniDir>/<containerID>` before its ADD
-//! ran any delegate: a JSON array of its `DelegateNetConf` (`pkg/types/types.go`), each with
-//! the delegate's raw configuration in `Bytes` (base64, a Go `[]byte`) and the interface it was
-//! given. DEL undoes those delegates as Multus's `CmdDel` would (interface names from
-//! `getIfname`, reverse order, every one attempted), each with its `prevResult` from Multus's
-//! libcni result cache `<cniDir>/results`, which a successful DEL empties as libcni does.
-//!
-//! The file is untrusted input: read bounded, parsed without panics, wholly or not at all. One
-//! that cannot be read is an error naming it, never a silent success (Multus's IP leak, issue
-//! #1087).
+//! record of a sandbox Multus attached, but Multus wrote `<cniDir>/<containerID>` before its ADD
+//! ran any delegate; DEL undoes those delegates as Multus's `CmdDel` would, each with its
+//! `prevResult` from Multus's libcni result cache `<cniDir>/results`.
 
 use std::fs;
 use std::io;
@@ -41,9 +34,10 @@ pub struct Delegate {
     pub capability_args: Map<String, Value>,
 }
 
-/// The fields of Multus's `DelegateNetConf` that DEL uses, as `encoding/json` writes them
-/// (untagged fields under their Go names). `Conf` and `ConfList` are the same configuration as
-/// `Bytes`, parsed; the gateway filters concern ADD only.
+/// The fields of Multus's `DelegateNetConf` (`pkg/types/types.go`) that DEL uses, as
+/// `encoding/json` writes them (untagged fields under their Go names); a scratch file is a JSON
+/// array of them. `Bytes` is the delegate's raw configuration (base64, a Go `[]byte`); `Conf` and
+/// `ConfList` are the same configuration, parsed; the gateway filters concern ADD only.
 #[derive(Deserialize)]
 struct GoDelegate {
     #[serde(rename = "Name", default)]
@@ -118,7 +112,9 @@ pub fn list(cni_dir: &Path) -> Result<Vec<String>, CniError> {
 }
 
 /// The delegates of the scratch file at `path`. Conflists without a `cniVersion` get
-/// `cni_version`, Multus's own, as Multus's DEL gives them.
+/// `cni_version`, Multus's own, as Multus's DEL gives them. The file is untrusted input: read
+/// bounded, parsed without panics, wholly or not at all; one that cannot be read is an error
+/// naming it, never a silent success (Multus's IP leak, issue #1087).
 pub fn load(path: &Path, cni_version: Version) -> Result<Vec<Delegate>, CniError> {
     let parsed = cni::files::read_bounded(path, MAX_SCRATCH_FILE)
         .map_err(|e| (ErrorCode::Io, e.to_string()))
@@ -202,7 +198,9 @@ fn delegate(d: GoDelegate, cni_version: Version) -> Result<Delegate, String> {
 /// arguments. Multus's `mergeCNIRuntimeConfig` starts every delegate from the runtime's
 /// `runtimeConfig` and adds those to the non-master ones; plumb gives the runtime's to the
 /// master alone, as it does in ADD (multi-net spec §7.5), so a NAD's portmap gets no
-/// `portMappings` on this DEL either.
+/// `portMappings` on this DEL either. DEL undoes them as Multus's `CmdDel` would: in reverse
+/// order, every one attempted; a successful DEL empties their result cache entries, as libcni
+/// does.
 pub fn attachments(
     delegates: &[Delegate],
     ifname: &str,

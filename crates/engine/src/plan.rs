@@ -1,18 +1,8 @@
 //! Planning a pod's attachments: pod + NADs + plumb's configuration + the CNI request → the
-//! ordered list of attachments, each with everything its delegates will be given. Nothing runs
-//! here; objects and files are reached only through the [`Networks`] seam, so a plan can be
-//! computed and shown without touching the node (`plumb plan`) and tested table-style.
-//!
-//! The order (multi-net spec §6.2, Multus `GetNetworkDelegates`): the cluster-wide default
-//! network first (`clusterNetwork`, or the pod's `v1.multus-cni.io/default-network` override, or
-//! `delegates[0]`), then the other inline `delegates`, then `defaultNetworks` (not for pods in
-//! `systemNamespaces`), then each element of the pod's `k8s.v1.cni.cncf.io/networks` annotation.
-//!
-//! Every check that can fail is made here, before anything runs (docs/architecture.md, practice 7): an
-//! invalid annotation, a NAD that is missing or not allowed (§7.4), a capability no plugin
-//! declares (§4.1.2.1.3.2), an interface name used twice (§4.1.2.1.5), a device-backed NAD
-//! (`k8s.v1.cni.cncf.io/resourceName`) without a device of its own for the pod
-//! (docs/multus-behaviour.md §2.9).
+//! ordered list of attachments (multi-net spec §6.2), each with everything its delegates will be
+//! given. Nothing runs here; objects and files are reached only through the [`Networks`] seam, so
+//! a plan can be computed and shown without touching the node (`plumb plan`) and tested
+//! table-style, and every check that can fail is made before anything runs.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -224,6 +214,17 @@ fn selected_nads(config: &Config, pod: &Pod) -> Vec<NetworkRef> {
 ///
 /// `devices` gives device-backed networks their devices. Without it (DEL without a record,
 /// GC, STATUS, a plan shown offline) they are planned without one, and a warning says so.
+///
+/// The order (multi-net spec §6.2, Multus `GetNetworkDelegates`): the cluster-wide default
+/// network first (`clusterNetwork`, or the pod's `v1.multus-cni.io/default-network` override, or
+/// `delegates[0]`), then the other inline `delegates`, then `defaultNetworks` (not for pods in
+/// `systemNamespaces`), then each element of the pod's `k8s.v1.cni.cncf.io/networks` annotation.
+///
+/// Every check that can fail is made here, before anything runs (docs/architecture.md, practice
+/// 7): an invalid annotation, a NAD that is missing or not allowed (§7.4), a capability no plugin
+/// declares (§4.1.2.1.3.2), an interface name used twice (§4.1.2.1.5), a device-backed NAD
+/// (`k8s.v1.cni.cncf.io/resourceName`) without a device of its own for the pod
+/// (docs/multus-behaviour.md §2.9).
 pub fn plan(
     config: &Config,
     pod: Option<&Pod>,

@@ -1,19 +1,7 @@
 //! Attachment records: what plumb did to a pod sandbox, kept on disk so that DEL can always undo
-//! what ADD began (multi-net spec §7.2; docs/architecture.md, "The way of one ADD").
-//!
-//! One file per sandbox, `<stateDir>/<containerID>.json`, written atomically and durably
-//! (temporary file, fsync, rename, directory fsync: [`cni::cache::write_durable`]) with
-//! every planned attachment *before* the first delegate reads its configuration (the fsyncs
-//! overlap that delegate's start-up: `execute`, `PendingRecord`; when the first attachment
-//! has a device plugin's device-info file to copy, before that copy), so a crash or a kill at
-//! any point leaves a record that names every delegate and file that may have been acted on
-//! (DEL of an
-//! attachment that never ran is harmless: DEL is idempotent). A DEL, or a rollback, that undoes
-//! only part of it rewrites it with what is left; a failed ADD wholly undone leaves it naming
-//! nothing, so the runtime's DEL after it has nothing to do. DEL reads it, so it needs neither
-//! the pod, the NADs nor the API server. The file carries a format `version`; an unreadable or
-//! corrupt record is an error that says so, never a silent "nothing to delete" (Multus issue
-//! #1087: a corrupt cache after a reboot leaked every IP of the pod).
+//! what ADD began (multi-net spec §7.2; docs/architecture.md, "The way of one ADD"). One file per
+//! sandbox, `<stateDir>/<containerID>.json`, written durably with every planned attachment before
+//! the first delegate runs; DEL reads it, so it needs neither the pod, the NADs nor the API server.
 
 use std::fs;
 use std::io;
@@ -204,6 +192,15 @@ pub struct RecordedAttachment {
 }
 
 /// Everything plumb did to one sandbox.
+///
+/// Written atomically and durably (temporary file, fsync, rename, directory fsync:
+/// [`cni::cache::write_durable`]) with every planned attachment *before* the first delegate reads
+/// its configuration (the fsyncs overlap that delegate's start-up: `execute`, `PendingRecord`;
+/// when the first attachment has a device plugin's device-info file to copy, before that copy),
+/// so a crash or a kill at any point leaves a record that names every delegate and file that may
+/// have been acted on (DEL of an attachment that never ran is harmless: DEL is idempotent). A
+/// DEL, or a rollback, that undoes only part of it rewrites it with what is left; a failed ADD
+/// wholly undone leaves it naming nothing, so the runtime's DEL after it has nothing to do.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Record {
@@ -286,7 +283,9 @@ impl RecordStore {
         })
     }
 
-    /// The record of a sandbox; `Ok(None)` when there is none.
+    /// The record of a sandbox; `Ok(None)` when there is none. An unreadable or corrupt record,
+    /// or one of another format `version`, is an error that says so, never a silent "nothing to
+    /// delete" (Multus issue #1087: a corrupt cache after a reboot leaked every IP of the pod).
     pub fn load(&self, container_id: &str) -> Result<Option<Record>, RecordError> {
         let path = self.path(container_id)?;
         // Bounded, and an error at once for anything but a regular file (a FIFO would hold DEL).

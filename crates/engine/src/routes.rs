@@ -1,21 +1,8 @@
-//! Default-route selection inside a pod's network namespace: the `default-route` key of the
-//! selection annotation (multi-net spec §4.1.2.1.9; the gateways it names are what §5.3.6.4's
-//! network-status `default-route` reports).
-//!
-//! When one attachment asks for the default route, the default routes of every other attachment,
-//! the cluster-wide default network's included, are removed and the requested gateways are
-//! installed on that attachment's interface. Multus does this with `DeleteDefaultGW`, which since
-//! v4.2.2 deletes nothing: its netlink library began to report a default route's destination as
-//! `0.0.0.0/0` instead of nil, and Multus only matched nil (docs/multus-behaviour.md §2.8). Here a
-//! route is a default route when its destination prefix length is 0, whether or not the kernel
-//! sent a destination attribute ([`is_main_default`]).
-//!
-//! Namespaces: the calling thread never changes namespace. A short-lived
-//! thread enters the pod netns, opens a netlink socket there and hands it back; a netlink socket
-//! stays bound to the namespace it was created in, so all the work is then done from the caller's
-//! thread, with blocking I/O on that socket. The helper thread ends right after, so no code ever
-//! runs inside the pod netns (and no delegate can be spawned from it). The same kind of thread
-//! writes the `accept_ra_defrtr` sysctls, which `/proc/sys/net` shows per opening thread.
+//! Default-route selection inside a pod's network namespace, over netlink: the `default-route`
+//! key of the selection annotation (multi-net spec §4.1.2.1.9; the gateways it names are what
+//! §5.3.6.4's network-status `default-route` reports). The attachment that asks for it gets the
+//! requested gateways, and every other attachment's default routes, the cluster-wide default
+//! network's included, are removed ([`set_default_route`]).
 
 use std::fmt;
 use std::fs::File;
@@ -446,10 +433,12 @@ pub fn default_routes(netns: &Path) -> Result<Vec<DefaultRoute>, RouteError> {
 
 /// Whether `route` is a unicast default route of the main table. The destination prefix length
 /// decides, not the destination attribute: the kernel may send none (the default route's "nil"
-/// destination) or `0.0.0.0`/`::` with length 0, and both are the default route (Multus v4.2.2
-/// matched only the first and so deleted nothing). Source-specific routes (`from X`) and other
-/// types (`unreachable default`, `blackhole default`) are not a gateway and are left alone, as is
-/// every table but main (policy routing is not ours to undo).
+/// destination) or `0.0.0.0`/`::` with length 0, and both are the default route. Multus's
+/// `DeleteDefaultGW` deletes nothing since v4.2.2: its netlink library began to report a default
+/// route's destination as `0.0.0.0/0` instead of nil, and Multus only matched nil
+/// (docs/multus-behaviour.md §2.8). Source-specific routes (`from X`) and other types
+/// (`unreachable default`, `blackhole default`) are not a gateway and are left alone, as is every
+/// table but main (policy routing is not ours to undo).
 pub fn is_main_default(route: &RouteMessage) -> bool {
     route.header.destination_prefix_length == 0
         && route.header.source_prefix_length == 0
@@ -611,7 +600,9 @@ fn check_gateway(gw: IpAddr) -> Result<(), RouteError> {
     }
 }
 
-/// A rtnetlink socket bound to one network namespace, driven with blocking I/O.
+/// A rtnetlink socket bound to one network namespace, driven with blocking I/O from the caller's
+/// thread, which never changes namespace ([`Netlink::open`]): no code ever runs inside the pod's
+/// netns, and no delegate can be spawned from it.
 struct Netlink {
     socket: Socket,
     netns: PathBuf,

@@ -1,10 +1,7 @@
 //! The Device Information format (NPWG device-info spec 1.1.0 §3): what a device plugin or a CNI
 //! plugin says about the device behind an attachment, carried into network-status as
-//! `device-info` (multi-net spec §5.3.7, device-info spec §6).
-//!
-//! Reading checks what the spec makes required: `type` (one of the four), `version` (`X.Y.Z`),
-//! the map for the type, and that map's required keys and enumerated values. Keys the spec does
-//! not define are kept, so a file passes through to the status unchanged.
+//! `device-info` (multi-net spec §5.3.7, device-info spec §6). Reading checks what the spec makes
+//! required and keeps the keys it does not define ([`DeviceInfo::from_value`]).
 
 use std::collections::BTreeMap;
 
@@ -203,7 +200,10 @@ impl DeviceInfo {
         }
     }
 
-    /// Reads and checks a device-info map.
+    /// Reads and checks a device-info map: what the spec makes required, `type` (one of the
+    /// four), `version` (`X.Y.Z`), the map for the type, and that map's required keys and
+    /// enumerated values. Keys the spec does not define are kept, so a file passes through to
+    /// the status unchanged.
     pub fn from_value(v: &Value) -> Result<Self, DeviceInfoError> {
         let Value::Object(m) = v else {
             return Err(DeviceInfoError::Invalid("expected a JSON object".into()));

@@ -1,10 +1,8 @@
 //! Device information files (device-info spec 1.1.0 §4): where they are, and reading, writing,
-//! copying and deleting them. Local file I/O only.
-//!
-//! - Device Plugin files (§4.1): `<base>/dp/<resourceName with "/" as "->-<deviceID>-device.json`.
-//! - CNI files (§4.2): `<base>/cni/<UniqueFileName>`, one per attachment. The name is Multus's
-//!   `<network with "/" as "->-<containerID>_<ifname>`, with every byte that could make it escape
-//!   the directory or make two attachments share a name percent-escaped (see [`cni_file_name`]).
+//! copying and deleting them; local file I/O only. Device Plugin files (§4.1) are
+//! `<base>/dp/<resourceName with "/" as "-">-<deviceID>-device.json`; CNI files (§4.2) are
+//! `<base>/cni/<UniqueFileName>`, one per attachment, named as Multus names them, escaped so that
+//! none leaves the directory or is shared by two attachments ([`cni_file_name`]).
 
 use std::fs;
 use std::io::{self, Write};

@@ -1,5 +1,7 @@
 //! The objects of the Network Plumbing Working Group specifications, as a pure library on top of
 //! the `cni` crate: no network I/O, no processes (device-info files are the one local file I/O).
+//! Every error type converts into a [`cni::CniError`] (code 7, invalid configuration; 5 for
+//! device-info file I/O) and names what is wrong: the element and key, the NAD, the file.
 //!
 //! - [`nad`]: the NetworkAttachmentDefinition and getting its CNI configuration (multi-net spec
 //!   §3).
@@ -11,9 +13,6 @@
 //! - [`status`]: the `k8s.v1.cni.cncf.io/network-status` annotation (§5).
 //! - [`device_info`], [`device_info_files`]: the device-info format and files (device-info spec
 //!   1.1.0).
-//!
-//! Every error type converts into a [`cni::CniError`] (code 7, invalid configuration; 5 for
-//! device-info file I/O) and names what is wrong: the element and key, the NAD, the file.
 
 pub mod device_info;
 pub mod device_info_files;

@@ -1,13 +1,9 @@
 //! What a selection element asks of the delegate's configuration (multi-net spec §4.1.2.1.3.2,
-//! §4.1.2.1.4.2, §4.1.2.1.6.2, §4.1.2.1.7.2, §4.1.2.1.8.2, §4.1.2.1.10.2; device-info spec §5.1).
-//!
-//! - [`capability_args`]: the `runtimeConfig` values of one attachment, in CONVENTIONS.md's shapes.
-//!   The `cni` crate passes each to the plugins that declare the capability.
-//! - [`required_capabilities`] and [`check_capabilities`]: the spec requires failing the attachment
-//!   when no plugin of the list declares a capability the element asks for.
-//! - [`apply_cni_args`]: `cni-args` merged into every plugin's `args.cni`, the annotation winning.
-//!
-//! All pure: the caller owns the list and decides when to apply what.
+//! §4.1.2.1.4.2, §4.1.2.1.6.2, §4.1.2.1.7.2, §4.1.2.1.8.2, §4.1.2.1.10.2; device-info spec §5.1):
+//! its `runtimeConfig` values ([`capability_args`]), the check that some plugin declares each
+//! capability it asks for ([`check_capabilities`]), and `cni-args` merged into every plugin's
+//! `args.cni` ([`apply_cni_args`]). All pure: the caller owns the list and decides when to apply
+//! what.
 
 use cni::NetworkConfigList;
 use serde_json::{Map, Value};

@@ -1,10 +1,6 @@
 //! The network attachment status annotation `k8s.v1.cni.cncf.io/network-status` (multi-net spec
 //! §5): building one entry from an attachment's CNI result (§5.1.1, §5.3), writing the
 //! annotation, and reading one back (for DEL and tooling).
-//!
-//! Keys are written in the order of the spec's examples (§5.4): `name`, `interface`, `ips`, `mac`,
-//! `default-route`, `default`, `dns`, `device-info`; keys read but not defined here follow,
-//! sorted. `default` is always written, as a "required key" (§5.3.5).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -36,6 +32,10 @@ pub struct StatusDns {
 
 /// One entry of the annotation (§5.3). Values read back are kept as written (other
 /// implementations write addresses with prefix lengths, for instance).
+///
+/// Keys are written in the order of the spec's examples (§5.4): `name`, `interface`, `ips`,
+/// `mac`, `default-route`, `default`, `dns`, `device-info`; keys read but not defined here
+/// follow, sorted. `default` is always written, as a "required key" (§5.3.5).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NetworkStatus {
     /// §5.3.1: `namespace/name` of the NAD, or the cluster-wide default network's name.

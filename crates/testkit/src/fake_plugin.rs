@@ -2,10 +2,6 @@
 //! directory, so any runtime (plumb's `cni` crate, the `plumb` binary, a shell) finds and
 //! executes it exactly as it would a real plugin. Each call's stdin and environment are kept in
 //! files for the test to assert on (the role of `plugins/test/noop` in the Go reference).
-//!
-//! What a call answers is configured per command: stdout, stderr and exit code. With nothing
-//! configured, ADD prints a minimal result in the requested `cniVersion`, VERSION lists every
-//! version 0.1.0–1.1.0, and the other commands print nothing and succeed.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -46,6 +42,11 @@ impl Call {
 }
 
 /// A fake plugin installed as `<dir>/<name>`, recording into `<dir>/.<name>.state/`.
+///
+/// What a call answers is configured per command ([`FakePlugin::respond`]): stdout, stderr and
+/// exit code. With nothing configured, ADD prints a minimal result in the requested
+/// `cniVersion`, VERSION lists every version 0.1.0–1.1.0, and the other commands print nothing
+/// and succeed.
 #[derive(Debug)]
 pub struct FakePlugin {
     binary: PathBuf,

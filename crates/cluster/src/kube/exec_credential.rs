@@ -1,20 +1,8 @@
 //! The current user's exec credential plugin (`users[].user.exec` in the kubeconfig, the
-//! `client.authentication.k8s.io` protocol), run by plumb itself rather than by kube-rs.
-//!
-//! kube-rs runs the plugin with `Command::output()` while it builds the client: no time limit
-//! (a plugin waiting on its cloud's metadata endpoint held the CNI call, and stayed behind when
-//! the call gave up), its whole output read (one printing without end filled the memory), and
-//! twice per client. Here it runs once, in a process group of its own that is killed at the
-//! call's deadline, its output read up to [`MAX_OUTPUT`] from the calling thread (as delegates
-//! are: [`cni::child`]; a process it left behind holding its output open is waited for half a
-//! second, never until the deadline, and leaves no thread blocked in the daemon), never
-//! interactive (a CNI plugin has no terminal), and what it returns (a token, or a client
-//! certificate and key) goes into the kubeconfig in place of the `exec` entry, before kube-rs
-//! sees it.
-//!
-//! Its `expirationTimestamp` bounds how long the daemon uses a client built with it
-//! ([`super::sources::Sources`]); without one, the credential is used until the API refuses it
-//! (401), which builds the client, and so runs the plugin, again: as client-go does.
+//! `client.authentication.k8s.io` protocol), run by plumb itself rather than by kube-rs: once,
+//! with a deadline and its output bounded (`run`), never interactive (a CNI plugin has no
+//! terminal), and what it returns (a token, or a client certificate and key) put into the
+//! kubeconfig in place of the `exec` entry before kube-rs sees it.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -40,6 +28,9 @@ pub struct Credential {
     /// PEM, as the protocol gives them.
     pub client_certificate_data: Option<String>,
     pub client_key_data: Option<String>,
+    /// Its `expirationTimestamp`: it bounds how long the daemon uses a client built with it
+    /// (`sources::Sources`). Without one, the credential is used until the API refuses it (401),
+    /// which builds the client, and so runs the plugin, again: as client-go does.
     pub expires: Option<SystemTime>,
 }
 
@@ -74,6 +65,14 @@ struct Status {
 
 /// Runs `exec` (with `cluster`, the current context's cluster, when it asks for it) and
 /// returns its credential, giving up at `within`.
+///
+/// kube-rs runs the plugin with `Command::output()` while it builds the client: no time limit
+/// (a plugin waiting on its cloud's metadata endpoint holds the CNI call, and stays behind when
+/// the call gives up), its whole output read (one printing without end fills the memory), and
+/// twice per client. Here it runs once, in a process group of its own that is killed at the
+/// deadline, its output read up to [`MAX_OUTPUT`] from the calling thread, as delegates are
+/// ([`cni::child`]): a process it left behind holding its output open is waited for half a
+/// second, never until the deadline, and leaves no thread blocked in the daemon.
 pub fn run(
     exec: &ExecConfig,
     cluster: Option<ExecAuthCluster>,

@@ -1,21 +1,8 @@
 //! [`KubeCluster`]: the engine's [`Cluster`] through kube-rs (GET a pod, GET a NAD, PATCH the
-//! pod's network-status annotation, POST an event), built from a kubeconfig. The end-to-end
-//! tests reach testkit's API stand-in through it unchanged. Its parts: `transport` (the
-//! connector), `failure` (retries and errors), `kubeconfig` and `exec_credential` (credentials),
-//! `status_write`, `token_request`.
-//!
-//! Retries are plumb's own and bounded (kube-rs's default retry layer is turned off so that the
-//! total time is known): a pod that is not visible yet, and transient failures (5xx, 429,
-//! connection errors, no answer in time), are retried with backoff, never sooner than the
-//! server's `Retry-After`; in the end the error says what happened. There is never a fake
-//! success (docs/multus-behaviour.md §8, quirk 5). Time is bounded twice: each attempt by [`REQUEST_TIMEOUT`] (a server that trickles its answer included), and
-//! everything one CNI call asks of the API by the call's budget (the engine's `API_BUDGET`), so that the error reaches the
-//! runtime before the runtime gives up on the call. A 401 is retried once with the kubeconfig and
-//! its token file read again: a token rotated during the call is picked up.
-//!
-//! The NADs a pod selects are asked for together ([`Cluster::nads`]): over an HTTP/2 connection
-//! they go out at once, sharing it, instead of one round trip after another; over HTTP/1.1 they
-//! are asked one after the other, as each would open a connection of its own otherwise.
+//! pod's network-status annotation, POST an event), built from a kubeconfig, with retries of
+//! its own, bounded by the call's budget; testkit's API stand-in is reached through it
+//! unchanged. Its parts: `transport` (the connector), `failure` (retries and errors),
+//! `kubeconfig` and `exec_credential` (credentials), `status_write`, `token_request`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -68,7 +55,10 @@ const BACKOFF: [Duration; 6] = [
 ];
 
 /// Per-request limits, so a hung API server cannot hold a pod's sandbox creation for long:
-/// `REQUEST_TIMEOUT` bounds one attempt, its answer read whole.
+/// `REQUEST_TIMEOUT` bounds one attempt, its answer read whole (a server that trickles its
+/// answer included). Everything one CNI call asks of the API is bounded too, by the call's
+/// budget (the engine's `API_BUDGET`), so that the error reaches the runtime before the runtime
+/// gives up on the call.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -250,6 +240,11 @@ impl KubeCluster {
     /// replaced since this call read it (the old token revoked with the pod that held it), and
     /// retries at once; requests refused with the old client at the same time are retried with
     /// the new one.
+    ///
+    /// Retries are plumb's own and bounded (kube-rs's default retry layer is turned off so that
+    /// the total time is known), with backoff, never sooner than the server's `Retry-After`; in
+    /// the end the error says what happened. There is never a fake success
+    /// (docs/multus-behaviour.md §8, quirk 5).
     async fn retrying<T, F, Fut>(
         &self,
         started: Instant,

@@ -1,11 +1,7 @@
 //! The files an API client was built from, with what each held then: the kubeconfig and every
 //! file of it that plumb read (the current user's token file, certificates and keys, the
-//! cluster's CA). In thin mode a client lives for one CNI call, so every call reads them anew
-//! and a rotated service-account token is always the current one (issue 4). The daemon keeps a
-//! client across calls, and uses it again only while every one of these files still holds
-//! exactly what it held when the client was built: a token rotated, a certificate renewed or the
-//! kubeconfig rewritten (Multus's entrypoint rewrites it) gives the next call a new client; and
-//! while the credential an exec plugin gave is not about to expire.
+//! cluster's CA). The daemon keeps a client across calls, and uses it again only while every one
+//! of these files still holds exactly what it held when the client was built ([`Sources`]).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -13,6 +9,11 @@ use std::time::{Duration, SystemTime};
 
 use cni::files;
 
+/// In thin mode a client lives for one CNI call, so every call reads these files anew and a
+/// rotated service-account token is always the current one. A client the daemon kept is used
+/// again only while [`Sources::unchanged`]: a token rotated, a certificate renewed or the
+/// kubeconfig rewritten (Multus's entrypoint rewrites it) gives the next call a new client; and
+/// so does a credential an exec plugin gave that is about to expire.
 #[derive(Debug, Default)]
 pub struct Sources {
     files: Vec<(PathBuf, Vec<u8>)>,

@@ -1,33 +1,7 @@
-//! The kube-rs client plumb talks to the API server through: kube's own layers, on connections
-//! with Nagle's algorithm off.
-//!
-//! kube 5 builds its connector with hyper-util's default, `TCP_NODELAY` off (kube-rs issue
-//! #2056). After the TLS handshake the client's Finished is still unacknowledged when the first
-//! request is written, so the kernel holds that request until the server's ACK comes back: one
-//! round trip more on every CNI call that asks the API anything, and on a loaded API server the
-//! ACK can come late. Go's client-go, which Multus uses, has Nagle off, as Go does for every TCP
-//! connection. So plumb assembles the same stack kube's `Client::try_from` does, from kube's
-//! public `ConfigExt` layers (the documented way to customise the client) and its timeouts
-//! (`hyper-timeout`, as kube: the connect timeout bounds the host name's lookup and the TLS
-//! handshake too), with `set_nodelay(true)` on the TCP connector. Left out on purpose: kube's
-//! retry layer (plumb retries itself, bounded: `kube/failure.rs`), its tracing layer (plumb installs
-//! no subscriber), gzip (not enabled). No proxy: plumb builds kube without proxy support, and
-//! `kube/kubeconfig.rs` refuses a kubeconfig naming one. kube also fills the configuration's
-//! `proxy_url` from `HTTPS_PROXY`, which runtimes behind a corporate proxy have for pulling
-//! images and their plugins inherit (with `NO_PROXY` naming the API server): this stack never
-//! uses it, and reaches the API server directly (kube's own builder refused every call there).
-//!
-//! Connections are kept between requests (the daemon keeps its client between calls) with no
-//! read timeout, which would cut an idle connection after that long; each request is bounded
-//! whole by its caller. On HTTP/2 a request whose connection went dead (an API server or load
-//! balancer failed over without a reset) would leave it in the pool, and every later request
-//! would go onto it and time out too: while a request waits, the connection is pinged, and one
-//! that does not answer a ping is closed, so the retry gets a new one.
-//!
-//! The TLS connector offers HTTP/2 as well as HTTP/1.1 by ALPN (kube's offers HTTP/1.1 only),
-//! as client-go does: on an HTTP/2 connection the NAD GETs of one call go out together
-//! (`KubeCluster::nads`) instead of one round trip after another. A server that does not pick
-//! h2 is spoken to in HTTP/1.1 as before.
+//! The kube-rs client plumb talks to the API server through: the stack `kube::Client::try_from`
+//! builds, assembled from kube's public `ConfigExt` layers (the documented way to customise it),
+//! with Nagle's algorithm off and HTTP/2 offered, as client-go (Multus's client) has them, HTTP/2
+//! connections pinged while a request waits, and no retry, tracing or proxy layer.
 
 use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -38,7 +12,9 @@ use tower::{BoxError, ServiceBuilder};
 /// How long a connection with a request waiting on it may be silent before it is pinged, and
 /// then how long the ping may go unanswered before the connection is closed: together less
 /// than one attempt (the client's `REQUEST_TIMEOUT`, 5 s), so that the attempt's retry finds a
-/// new connection.
+/// new connection. On HTTP/2 a connection gone dead (an API server or load balancer failed over
+/// without a reset) would otherwise stay in the pool, and every later request would go onto it
+/// and time out too.
 const PING_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The connector: TCP with `TCP_NODELAY`, then TLS as the kubeconfig says (its CA, client
@@ -50,6 +26,12 @@ fn connector(
     let mut http = HttpConnector::new();
     // The URL's scheme is https; the TLS connector wrapped around this one handles it.
     http.enforce_http(false);
+    // kube 5 builds its connector with hyper-util's default, `TCP_NODELAY` off (kube-rs issue
+    // #2056). After the TLS handshake the client's Finished is still unacknowledged when the
+    // first request is written, so the kernel holds that request until the server's ACK comes
+    // back: one round trip more on every CNI call that asks the API anything, and on a loaded
+    // API server the ACK can come late. Go's client-go has Nagle off, as Go does for every TCP
+    // connection.
     http.set_nodelay(true);
     let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(cfg.rustls_client_config()?)
@@ -61,14 +43,25 @@ fn connector(
         builder =
             builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
+    // HTTP/2 as well as HTTP/1.1 by ALPN (kube's offers HTTP/1.1 only), as client-go does: on
+    // an HTTP/2 connection the NAD GETs of one call go out together (`KubeCluster::nads`)
+    // instead of one round trip after another. A server that does not pick h2 gets HTTP/1.1.
     Ok(builder.enable_http1().enable_http2().wrap_connector(http))
 }
 
-/// A client for `cfg`, as `kube::Client::try_from(cfg)` builds it but for Nagle and HTTP/2 (see
-/// the module comment), and without a proxy (the caller refuses `proxy-url`). Spawns its
+/// A client for `cfg`, as `kube::Client::try_from(cfg)` builds it but for Nagle and HTTP/2
+/// (`connector`), and without a proxy (the caller refuses `proxy-url`). Spawns its
 /// connection tasks on the tokio runtime it is called on.
+///
+/// Left out on purpose: kube's retry layer (plumb retries itself, bounded: `kube/failure.rs`),
+/// its tracing layer (plumb installs no subscriber), gzip (not enabled), and the proxy: kube
+/// fills `proxy_url` from `HTTPS_PROXY`, which runtimes behind a corporate proxy have for
+/// pulling images and their plugins inherit (with `NO_PROXY` naming the API server); kube's own
+/// builder, built without proxy support, refuses every call then, where this stack reaches the
+/// API server directly.
 pub fn client(cfg: kube::Config) -> Result<kube::Client, kube::Error> {
-    // The configuration's timeouts, as kube's builder sets them.
+    // The configuration's timeouts, as kube's builder sets them (`hyper-timeout`: the connect
+    // timeout bounds the host name's lookup and the TLS handshake too).
     let mut timed = TimeoutConnector::new(connector(&cfg)?);
     timed.set_connect_timeout(cfg.connect_timeout);
     timed.set_read_timeout(cfg.read_timeout);

@@ -1,21 +1,7 @@
-//! ADD results of every spec version, and conversion between them (spec §5 "ADD Success").
-//!
-//! There are three wire layouts:
-//! - 0.1.0 and 0.2.0: `ip4` and `ip6` objects, each with one address, its gateway and its routes;
-//! - 0.3.0, 0.3.1 and 0.4.0: `interfaces`, `ips` (with a `version` of "4" or "6"), `routes`;
-//! - 1.0.0 and 1.1.0: the same without `version`, with interface `mtu`, `socketPath`, `pciID`
-//!   and route `mtu`, `advmss`, `priority`, `table`, `scope` (1.1 added those fields; the
-//!   reference library uses one layout for both, so 1.0.0 results may carry them too).
-//!
-//! A [`CniResult`] holds the superset in one shape, tagged with its version, and only ever what
-//! that version can express: converting down drops what the older version cannot carry.
-//! (Mostly as the reference library's converters do; but its 0.3.x/0.4.0 layout shares the
-//! route type of 1.x and so keeps a route's `mtu`, `advmss`, `priority`, `table` and `scope`,
-//! which those versions do not define: they are dropped here.) Serialising writes the version's
-//! own layout.
-//!
-//! Conversion follows the reference behaviour, with one deliberate fix: going down to 0.2.0 keeps
-//! the first address *of each family* (libcni's check files a second IPv4 address as `ip6`).
+//! ADD results of every spec version, and conversion between them (spec §5 "ADD Success"). A
+//! [`CniResult`] holds the superset of the three wire layouts in one shape, tagged with its
+//! version; converting down drops what the older version cannot carry, as the reference
+//! library's converters mostly do, and serialising writes the version's own layout (`wire`).
 
 mod ipnet;
 mod wire;
@@ -168,7 +154,17 @@ impl Dns {
     }
 }
 
-/// A result of any version; see the module comment for how versions are held.
+/// A result of any version, holding only ever what that version can express. There are three
+/// wire layouts:
+/// - 0.1.0 and 0.2.0: `ip4` and `ip6` objects, each with one address, its gateway and its routes;
+/// - 0.3.0, 0.3.1 and 0.4.0: `interfaces`, `ips` (with a `version` of "4" or "6"), `routes`;
+/// - 1.0.0 and 1.1.0: the same without `version`, with interface `mtu`, `socketPath`, `pciID`
+///   and route `mtu`, `advmss`, `priority`, `table`, `scope` (1.1 added those fields; the
+///   reference library uses one layout for both, so 1.0.0 results may carry them too).
+///
+/// The reference library's 0.3.x/0.4.0 layout shares the route type of 1.x and so keeps a
+/// route's `mtu`, `advmss`, `priority`, `table` and `scope`, which those versions do not define:
+/// they are dropped here ([`CniResult::convert_to`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CniResult {
     pub cni_version: Version,
@@ -268,7 +264,8 @@ impl CniResult {
     }
 
     /// 0.1.0/0.2.0 carry one address per family, no interfaces, and only routes of a family
-    /// that has an address.
+    /// that has an address. Unlike the reference conversion, the first address *of each
+    /// family* is kept (libcni's check files a second IPv4 address as `ip6`).
     fn reduce_to_020(&mut self, from: Version) -> Result<(), CniError> {
         let first = |v4: bool| {
             self.ips

@@ -1,21 +1,8 @@
-//! A node-wide call (STATUS, GC: CNI spec 1.1) in progress, and plumb run as a delegate of
-//! itself for one.
-//!
-//! STATUS and GC run every plugin of every network plumb knows of. When one of those networks
-//! names plumb itself as a plugin (a `clusterNetwork` directory holding plumb's own
-//! configuration, a NAD naming `plumb`), the delegate plumb runs the same call with the same
-//! configuration, which runs plumb again, a process more each time: about 400 a second, each
-//! waiting for the next, until the node has no process left. ADD, DEL and CHECK find this case
-//! through the container's lock ([`crate::container_lock`]); STATUS and GC have no container.
-//!
-//! So a node-wide call holds a shared `flock` on `<plumbStateDir>/.node-calls.lock` while it
-//! runs (a name no container ID can have: they start with a letter or a digit). Nothing ever
-//! waits on it. A call that finds it held by plumb running in its own caller's ancestry (its
-//! own process's in thin mode, the forwarding plugin's in the daemon, as `/proc/locks` and
-//! `/proc/<pid>/stat` tell) is such a delegate, and fails at once. With no room for the lock
-//! file, the state directory is locked instead, as for a container's turn: a node-wide call
-//! then waits for, and holds back, calls that had no room either, and GC leaves the sandboxes
-//! whose lock file it cannot make to the next GC.
+//! A node-wide call (STATUS, GC: CNI spec 1.1 §2) in progress, marked by a shared `flock` on
+//! `<plumbStateDir>/.node-calls.lock`, so that plumb run as a delegate of itself in one fails at
+//! once: a network naming plumb as a plugin would otherwise start plumb again and again, each
+//! waiting for the next (about 400 processes a second), until the node has none left. ADD, DEL
+//! and CHECK find this case through the container's lock ([`crate::container_lock`]).
 
 use std::path::Path;
 
@@ -25,10 +12,11 @@ use nix::fcntl::FlockArg;
 use crate::container_lock::{Turn, acquire, descends_from, holders, is_plumb};
 use crate::record::RecordStore;
 
-/// The lock file's name in the state directory.
+/// The lock file's name in the state directory: a name no container ID can have (they start
+/// with a letter or a digit).
 pub const NODE_CALLS_LOCK: &str = ".node-calls.lock";
 
-/// A node-wide call's presence, held while this lives.
+/// A node-wide call's presence, held while this lives. Nothing ever waits on it.
 #[derive(Debug)]
 pub struct NodeCall {
     _lock: Turn,
@@ -36,7 +24,9 @@ pub struct NodeCall {
 
 /// Marks `command` (STATUS or GC) as running for `requester` (the process the call is for:
 /// this one in thin mode, the forwarding plugin in the daemon), or says why it must not run:
-/// it is plumb's own delegate in a node-wide call of the same state directory (code 7).
+/// it is plumb's own delegate in a node-wide call of the same state directory (code 7): the
+/// lock is held by plumb running in the requester's ancestry, as `/proc/locks` and
+/// `/proc/<pid>/stat` tell.
 pub fn begin(
     records: &RecordStore,
     requester: Option<u32>,
@@ -50,7 +40,9 @@ pub fn begin(
         return Ok(NodeCall { _lock: lock });
     }
     // On a state file system with no room for the lock file, the calls lock the directory
-    // instead (`acquire`): its holders count too.
+    // instead (`acquire`): its holders count too. A node-wide call then waits for, and holds
+    // back, calls that had no room either, and GC leaves the sandboxes whose lock file it cannot
+    // make to the next GC.
     if let Some(requester) = requester
         && let Some(holder) = holders(&path)
             .into_iter()

@@ -1,10 +1,8 @@
 //! The network attachment selection annotation `k8s.v1.cni.cncf.io/networks` (multi-net spec §4).
-//!
 //! Both formats are read into the same [`NetworkSelectionElement`]s: the comma-delimited one
 //! ([`comma`], §4.1.1, with Multus's `name@ifname`) and the JSON list ([`json`], §4.1.2). Every
 //! rule of §4.1.2.1 is checked ([`validate`]); a violation is one [`SelectionError`] naming the
-//! element (position and name), the key and the reason. What to do with an invalid annotation
-//! (fail the pod, or ignore the annotation as the spec allows) is the caller's choice.
+//! element (position and name), the key and the reason.
 
 pub mod comma;
 pub mod json;
@@ -207,7 +205,9 @@ pub fn is_json(value: &str) -> bool {
 /// (a KubeVirt VM or an SR-IOV pod has tens of interfaces at most).
 pub const MAX_ELEMENTS: usize = 256;
 
-/// Parses the annotation's value. An empty (or all-whitespace) value selects no network.
+/// Parses the annotation's value. An empty (or all-whitespace) value selects no network. What to
+/// do with an invalid annotation (fail the pod, or ignore the annotation as the spec allows) is
+/// the caller's choice.
 pub fn parse(value: &str) -> Result<Vec<NetworkSelectionElement>, SelectionError> {
     if value.trim().is_empty() {
         return Ok(Vec::new());

@@ -1,14 +1,7 @@
 //! `plumb cni`: run a network configuration list against a network namespace, the way the
-//! reference `cnitool` does, for operators checking a network by hand.
-//!
-//! Environment, as cnitool reads it: `NETCONFPATH` (default `/etc/cni/net.d`), `CNI_PATH`,
-//! `CNI_ARGS`, `CAP_ARGS` (capability arguments as a JSON object), `CNI_IFNAME` (default `eth0`),
-//! and plumb's own `CNI_CACHE_DIR` (default `/var/lib/cni`, libcni's). The container ID is
-//! cnitool's: `cnitool-` and the first 20 hex digits of the SHA-512 of the absolute netns path,
-//! so either tool can delete what the other added.
-//!
-//! One difference for convenience: a NETNS without '/' names a namespace made by `ip netns add`
-//! (`/var/run/netns/NAME`).
+//! reference `cnitool` does, for operators checking a network by hand. It reads cnitool's
+//! environment and derives cnitool's container ID ([`container_id_for`]), so either tool can
+//! delete what the other added.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -57,9 +50,10 @@ pub fn derived_container_id(prefix: &str, netns_path: &str) -> String {
     format!("{prefix}-{hex}")
 }
 
-/// A namespace argument as an absolute path: a name is one made by `ip netns add`. A path is
-/// cleaned lexically as cnitool's `filepath.Abs` cleans it (no `.`, `..`, repeated or trailing
-/// `/`), so the same namespace always gets cnitool's container ID.
+/// A namespace argument as an absolute path: a name (no '/', a convenience cnitool lacks) is one
+/// made by `ip netns add`, under `/var/run/netns`. A path is cleaned lexically as cnitool's
+/// `filepath.Abs` cleans it (no `.`, `..`, repeated or trailing `/`), so the same namespace
+/// always gets cnitool's container ID.
 pub fn netns_path(arg: &str) -> Result<String, CniError> {
     if arg.is_empty() {
         return Err(usage(
@@ -92,6 +86,10 @@ fn usage(msg: &str) -> CniError {
 }
 
 /// Runs the command; what it prints goes to `out`. Errors are returned for the caller to print.
+///
+/// Environment, as cnitool reads it: `NETCONFPATH` (default `/etc/cni/net.d`), `CNI_PATH`,
+/// `CNI_ARGS`, `CAP_ARGS` (capability arguments as a JSON object), `CNI_IFNAME` (default `eth0`),
+/// and plumb's own `CNI_CACHE_DIR` (default `/var/lib/cni`, libcni's).
 pub fn run(
     a: &Args,
     getenv: &dyn Fn(&str) -> Option<String>,

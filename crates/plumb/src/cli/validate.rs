@@ -2,10 +2,6 @@
 //! rules plumb applies at ADD, and one step further than any validator in the field: a pod's
 //! selection is checked against the NADs it selects (a pod asking for `ips` on a network none
 //! of whose plugins declares the `ips` capability fails at ADD, multi-net spec §4.1.2.1.3.2).
-//!
-//! Each problem is one line naming the file, the object and the key. Errors make the command
-//! fail; warnings (a capability no convention defines, a selection key the spec does not know)
-//! do not.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -39,13 +35,15 @@ const KNOWN_CAPABILITIES: &[&str] = &[
     "io.kubernetes.cri.pod-annotations",
 ];
 
+/// Errors make the command fail; warnings (a capability no convention defines, a selection key
+/// the spec does not know) do not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Severity {
     Error,
     Warning,
 }
 
-/// One problem, printed as one line.
+/// One problem, printed as one line naming the file, the object and the key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
     pub severity: Severity,

@@ -1,27 +1,9 @@
 //! plumb's own CNI configuration on the node, `00-plumb.conflist`, written by `plumb daemon
-//! --write-config` once the default network is ready and kept in step with it (docs/architecture.md
-//! "Paths": "plumb's CNI config, written by the daemon once the default network is ready").
-//!
-//! This is Multus's auto-configuration (docs/multus-behaviour.md §1.5, §3.3): the default network's
-//! configuration is the first `.conf`, `.conflist` or `.json` file of the runtime's
-//! configuration directory by name, as the runtime itself would choose it without plumb (or
-//! the one `--primary-config` names); it is embedded as plumb's `delegates[0]`, so the file
-//! holds no path of the daemon's own view; its plugins' capabilities are declared as plumb's,
-//! so that the runtime passes their arguments (CNI spec §3 "Deriving runtimeConfig"), and its
-//! `cniVersion` is the list's. What operators meet with Multus's is put right:
-//! - The file exists exactly while the default network's does. Written only once that
-//!   configuration is there (and the template's `readinessindicatorfile`, if it names one),
-//!   so the runtime does not take the node for ready before it is (docs/multus-behaviour.md §5.4);
-//!   removed when it goes, so a default network that removes its configuration to take the
-//!   node out (on its own shutdown, say) still does.
-//! - It stays when the daemon stops: the plugin then runs its calls itself (docs/daemon.md),
-//!   where Multus's thick daemon deletes its file and pods start on the default network alone
-//!   (§5.2, Multus issue #1527).
-//! - A configuration that is plumb's or Multus's own is never taken for the default network
-//!   (an old hand-written `00-plumb.conf`, a `00-multus.conf` left from a migration): plumb
-//!   would delegate to itself.
-//! - The template is checked as the plugin will read it when the daemon starts, so a
-//!   mistyped key stops the daemon with its name, not every pod's ADD.
+//! --write-config` once the default network is ready and kept in step with it: Multus's
+//! auto-configuration (docs/multus-behaviour.md §1.5, §3.3; docs/architecture.md "Paths"). The
+//! default network's configuration, the first file of the runtime's directory by name, as the
+//! runtime itself would choose it, is embedded as plumb's `delegates[0]`, its plugins'
+//! capabilities declared as plumb's (CNI spec §3 "Deriving runtimeConfig").
 
 use std::path::{Path, PathBuf};
 
@@ -47,7 +29,8 @@ const FILLED: &[&str] = &[
 ];
 
 /// The plugins whose configuration is never the default network's (plumb's own and Multus's:
-/// plumb would call itself, or Multus, for every pod).
+/// plumb would call itself, or Multus, for every pod), such as an old hand-written
+/// `00-plumb.conf` or a `00-multus.conf` left from a migration.
 const NOT_A_DEFAULT_NETWORK: &[&str] = &["plumb", "multus", "multus-shim"];
 
 /// The largest configuration file read: the runtime's are a few KiB.
@@ -89,7 +72,10 @@ impl Step {
     }
 }
 
-/// Writes and keeps `00-plumb.conflist` in a runtime's configuration directory.
+/// Writes and keeps `00-plumb.conflist` in a runtime's configuration directory. The file stays
+/// when the daemon stops: the plugin then runs its calls itself (docs/daemon.md), where
+/// Multus's thick daemon deletes its file and pods start on the default network alone
+/// (docs/multus-behaviour.md §5.2, Multus issue #1527).
 #[derive(Debug)]
 pub struct ConfWriter {
     /// The runtime's configuration directory as the daemon sees it.
@@ -148,7 +134,10 @@ impl ConfWriter {
 
     /// One look at the directory: writes the file when the default network's configuration
     /// is there and the file does not hold what it should, removes it when that
-    /// configuration is gone.
+    /// configuration is gone. So the file exists exactly while the default network's does: the
+    /// runtime does not take the node for ready before it is (docs/multus-behaviour.md §5.4),
+    /// and a default network that removes its configuration to take the node out (on its own
+    /// shutdown, say) still does.
     pub fn step(&mut self) -> Step {
         let step = match self.default_network() {
             // The template says when the default network is ready: until then its
@@ -419,8 +408,9 @@ fn checked_template(
 }
 
 /// plumb's entry in the list: the template's keys, the default network embedded as
-/// `delegates[0]`, and the capabilities of its plugins declared as plumb's (the template's own
-/// say first, so one can be turned off).
+/// `delegates[0]` (so the file holds no path of the daemon's own view), and the capabilities of
+/// its plugins declared as plumb's, so that the runtime passes their arguments (CNI spec §3
+/// "Deriving runtimeConfig"; the template's own say first, so one can be turned off).
 fn plugin_entry(template: &Map<String, Value>, conf: &Value) -> Value {
     let mut entry = template.clone();
     let mut caps = match template.get("capabilities") {
@@ -444,7 +434,8 @@ fn plugin_entry(template: &Map<String, Value>, conf: &Value) -> Value {
     Value::Object(entry)
 }
 
-/// plumb's configuration list from the `template` keys for the default network `conf`.
+/// plumb's configuration list from the `template` keys for the default network `conf`, whose
+/// `cniVersion` is the list's.
 pub fn conflist(template: &Map<String, Value>, conf: &Value) -> Value {
     json!({
         "cniVersion": conf["cniVersion"],

@@ -1,19 +1,8 @@
 //! A kubeconfig for plumb on the node from the daemon's own service account, kept current:
 //! `plumb daemon --write-kubeconfig PATH` writes PATH, with the service account's token and CA
-//! certificate beside it (`token`, `ca.crt`), and copies them again whenever the kubelet
-//! rotates them (looked at every second); once a token bound to the node can be had
-//! (`node_token`), it is written in the copy's place, since the pod's own token dies with the
-//! pod.
-//!
-//! Multus's thin installer wrote its kubeconfig once, with the token inside it, so bound tokens
-//! expired under it and pods failed with `Unauthorized` an hour or a year later (its most
-//! reported failure, docs/multus-behaviour.md §5.1). Here the kubeconfig names its token by file
-//! (`tokenFile`), which plumb reads again on every call (issue 4, "re-reading a
-//! service-account token file on every call"), and the file is kept current; and it names
-//! both files relative to itself (kubectl, kube-rs and plumb read such names from the
-//! kubeconfig's directory), so it holds no path of the daemon's container: the node reads it
-//! where the node has it. The API server is the one a pod reaches, `KUBERNETES_SERVICE_HOST`
-//! and `KUBERNETES_SERVICE_PORT`, as Multus's.
+//! certificate beside it (`token`, `ca.crt`), and copies them again whenever the kubelet rotates
+//! them (looked at every second); once a token bound to the node can be had (`node_token`), it is
+//! written in the copy's place, since the pod's own token dies with the pod.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -27,7 +16,12 @@ use crate::daemon::node_token::{Event, MAX_CREDENTIAL, NodeToken};
 /// The service account's files copied beside the kubeconfig, under their own names.
 const CREDENTIALS: [&str; 2] = ["token", "ca.crt"];
 
-/// Writes and keeps a kubeconfig and the credentials it names.
+/// Writes and keeps a kubeconfig and the credentials it names. Multus's thin installer wrote
+/// its kubeconfig once, with the token inside it, so bound tokens expired under it and pods
+/// failed with `Unauthorized` an hour or a year later (its most reported failure,
+/// docs/multus-behaviour.md §5.1). This kubeconfig names its token by file (`tokenFile`), which
+/// plumb reads again on every call, and the file is kept current. The API server is the one a
+/// pod reaches, `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`, as Multus's.
 #[derive(Debug)]
 pub struct KubeconfigWriter {
     path: PathBuf,
@@ -309,7 +303,9 @@ impl KubeconfigWriter {
         if let Err(e) = std::fs::create_dir_all(dir) {
             return Step::Waiting(format!("cannot make {}: {e}", dir.display()));
         }
-        // Relative: read from the kubeconfig's directory, wherever the node has it.
+        // Relative: kubectl, kube-rs and plumb read such names from the kubeconfig's directory,
+        // so the file holds no path of the daemon's container and the node reads it wherever
+        // the node has it.
         let kubeconfig = kubeconfig(&self.server, "ca.crt", "token");
         let mut kubeconfig = serde_json::to_vec_pretty(&kubeconfig).expect("JSON serializes");
         kubeconfig.push(b'\n');

@@ -1,33 +1,9 @@
 //! `plumb daemon`: the CNI engine in a long-running process, serving the calls the `plumb` shim
-//! forwards to it (`shim`) over a unix socket (`/run/plumb/plumb.sock`,
-//! 0600, root). Each call runs exactly as in thin mode — the same configuration from the
-//! runtime's stdin, the same records, the same delegates — with one difference: the API client
-//! and its connection to the API server are kept between calls (`client_pool`), so a call
-//! neither parses the kubeconfig nor makes a TCP and TLS handshake: nearly half of what thin
-//! mode spends of its own on an ADD (docs/performance.md).
-//!
-//! NADs and pods are still read from the API on every call (over the open connection), not from
-//! watch caches: a cache can be behind the API (a NAD created just before
-//! its pod), and on the measured bench the GETs over an open connection cost little
-//! (docs/daemon.md).
-//!
-//! Calls for different containers run at the same time, each on a thread of its own; calls for
-//! the same container one after the other, one at a time, by the container's lock, which a call
-//! in thin mode takes too (`container_lock`). A runtime that gave up waiting on an ADD (and
-//! killed the shim) may send the DEL while the daemon still runs that ADD: the DEL then waits
-//! for it and undoes all of it, where in thin mode the ADD would have been killed part-way.
-//!
-//! A daemon started on a socket another daemon serves takes it over, as Multus's does, instead
-//! of refusing to start: it binds a socket of its own beside it and renames it onto the path
-//! (`listen`). The old daemon sees within a second that the path is no longer its socket,
-//! stops taking calls, finishes those it has and waits, idle, to be stopped (`serve`). So a
-//! DaemonSet upgrade with `maxSurge` (the new pod started before the old is stopped) works, and
-//! the two daemons never run calls for one container at the same time: each call holds the
-//! container's lock, whichever process runs it.
-//!
-//! With `--write-config` it also writes plumb's CNI configuration on the node once the default
-//! network's is there, and keeps it in step (`conf_writer`); with `--write-kubeconfig`, a
-//! kubeconfig from its service account, kept current (`kubeconfig_writer`).
+//! forwards (`shim`) over a unix socket (`/run/plumb/plumb.sock`, 0600, root), each run exactly
+//! as in thin mode but with the API client and its connection kept between calls (`client_pool`):
+//! no kubeconfig parsed, no TCP and TLS handshake (docs/performance.md). A daemon started on a
+//! served socket takes it over, as Multus's does (`socket`, `serve`); it can also keep plumb's
+//! CNI configuration and a kubeconfig on the node (`conf_writer`, `kubeconfig_writer`).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
@@ -192,9 +168,17 @@ impl NodeFiles {
     }
 }
 
-/// What every call shares.
+/// What every call shares. Calls for different containers run at the same time, each on a
+/// thread of its own; calls for the same container one at a time, by the container's lock, which
+/// a call in thin mode takes too (`container_lock`). A DEL sent while the daemon still runs its
+/// ADD (the runtime gave up waiting and killed the shim) waits for it and undoes all of it, where
+/// in thin mode the ADD would have been killed part-way.
 #[derive(Default)]
 pub(super) struct Shared {
+    /// The API clients, kept between calls. NADs and pods are still read from the API on every
+    /// call (over the open connection), not from watch caches: a cache can be behind the API (a
+    /// NAD created just before its pod), and the GETs over an open connection cost little on
+    /// the measured bench (docs/daemon.md).
     clients: Arc<ClientPool>,
     running: AtomicUsize,
     /// The uid that may call: the daemon's own (root on a node).

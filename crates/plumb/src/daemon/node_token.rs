@@ -1,33 +1,9 @@
-//! A token of the daemon's service account bound to its Node, for the kubeconfig that `plumb
-//! daemon --write-kubeconfig` keeps on the node (`kubeconfig_writer`).
-//!
-//! The token the kubelet mounts in the daemon's pod is bound to that pod: the API server
-//! refuses it once the pod is gone. Copied to the node, it outlived the daemon by about a
-//! minute, so an upgrade that deleted the old daemon's pod before the new one ran (a
-//! DaemonSet's default `maxUnavailable: 1`, a new image slow to pull) left every ADD and DEL
-//! the plugin ran itself meanwhile failing with 401. A token bound to the Node (TokenRequest,
-//! authentication.k8s.io/v1, `boundObjectRef` of kind `Node`: on by default since Kubernetes
-//! 1.31, GA in 1.33) is valid while that Node object exists, until it expires: the daemon asks
-//! for one that lasts [`LIFETIME`], writes it where the copy went, and asks again each sixth of
-//! its life, so that at least five sixths are left when the daemon goes away.
-//!
-//! It asks with its pod's own token, never with the one written: a node-bound token taken from
-//! the node cannot renew itself (deploy/node-token.yaml's admission policy refuses any other).
-//! Whom to ask for comes from the pod's token: its claims name the service account, its
-//! namespace and, since Kubernetes 1.30, the node (`kubernetes.io.node`). They are read without
-//! checking the signature: the API server checks the token when it is used, and the daemon
-//! needs no more than the names.
-//!
-//! A token can stop being taken before it expires (its Node or service account made again, the
-//! signing key replaced), and nothing the daemon does uses it: so the daemon shows it to the
-//! API server every few minutes ([`PROBE_EVERY`], a GET of `/version`, which needs no
-//! permission): refused, a new one is asked for at once, and one refused twice in a row is
-//! taken off the node.
-//!
-//! Where no such token can be had (an older cluster, no grant to ask), the pod's token is copied
-//! as before, and the reason said once; a token in use stays until its last minutes. Times are
-//! kept on the monotonic clock: the node's wall clock may jump, and may differ from the API
-//! server's.
+//! A token of the daemon's service account bound to its Node (a TokenRequest of
+//! authentication.k8s.io/v1, `boundObjectRef` of kind `Node`), for the kubeconfig that `plumb
+//! daemon --write-kubeconfig` keeps on the node (`kubeconfig_writer`). The pod's own token dies
+//! with the pod, so a copy of it fails the plugin's own calls with 401 while no daemon runs (an
+//! upgrade with the DaemonSet's `maxUnavailable: 1`); a node-bound token is valid while its Node
+//! exists, until it expires.
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -39,7 +15,8 @@ use plumb_cluster::kube::KubeCluster;
 
 /// How long a token is asked to last: a day covers a daemon that is away for hours (an
 /// upgrade, a crash loop). The API server may give less (its
-/// `--service-account-max-token-expiration`); the renewals follow what it gave.
+/// `--service-account-max-token-expiration`); the renewals follow what it gave. Renewed each
+/// sixth of its life, so that at least five sixths are left when the daemon goes away.
 pub const LIFETIME: Duration = Duration::from_secs(24 * 3600);
 
 /// A token is not used in its last minutes: a call that reads it then must not meet its
@@ -81,6 +58,10 @@ pub struct Identity {
 }
 
 /// The identity a service-account token (a JWT) names, from its claims; or what it lacks.
+/// Whom to ask a node-bound token for comes from the pod's token: its claims name the service
+/// account, its namespace and, since Kubernetes 1.30, the node (`kubernetes.io.node`). Read
+/// without checking the signature: the API server checks the token when it is used, and the
+/// daemon needs no more than the names.
 pub fn identity(token: &str) -> Result<Identity, String> {
     const NOT_JWT: &str = "not a JWT (a bound service-account token)";
     let payload = token.trim().split('.').nth(1).ok_or(NOT_JWT)?;
@@ -125,7 +106,8 @@ fn base64url(s: &str) -> Option<Vec<u8>> {
     cni::base64::decode(&standard)
 }
 
-/// A token issued for the node.
+/// A token issued for the node. Its times are on the monotonic clock: the node's wall clock may
+/// jump, and may differ from the API server's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Issued {
     pub token: String,
@@ -232,7 +214,9 @@ pub struct NodeToken {
 type Probed = (Option<String>, Result<bool, String>);
 
 impl NodeToken {
-    /// The token to write at `now`: the one issued, unless it is (nearly) expired.
+    /// The token to write at `now`: the one issued, unless it is (nearly) expired. `None` (none
+    /// issued, or in its last minutes): the pod's own token is copied instead, as where no
+    /// node-bound token can be had (an older cluster, no grant to ask).
     pub fn current(&self, now: Instant) -> Option<&Issued> {
         self.issued.as_ref().filter(|i| now < i.usable_until)
     }
@@ -438,7 +422,9 @@ impl NodeToken {
 
     /// Asks for a token in the background, through `kubeconfig` (one holding the pod's own
     /// token), for whom `pod` (that token's identity) names, when one is due and none is
-    /// being asked for. Says why not when it cannot ask at all.
+    /// being asked for. Says why not when it cannot ask at all. Never through the token
+    /// written on the node: a node-bound token cannot renew itself (deploy/node-token.yaml's
+    /// admission policy refuses any other).
     pub fn request_if_due(
         &mut self,
         now: Instant,
@@ -481,7 +467,8 @@ impl NodeToken {
     }
 }
 
-/// One TokenRequest through `kubeconfig` for `who` (service account, node).
+/// One TokenRequest through `kubeconfig` for `who` (service account, node). Node-bound tokens
+/// are on by default since Kubernetes 1.31, GA in 1.33.
 fn ask(
     kubeconfig: &Path,
     ((namespace, name), (node, node_uid)): &((String, String), (String, Option<String>)),

@@ -15,7 +15,9 @@ pub(super) const WATCH: Duration = Duration::from_secs(1);
 /// Serves calls until SIGTERM or SIGINT. Once `socket` no longer names the socket it bound
 /// (another daemon took it over), it stops taking calls, finishes those it has, and waits for
 /// the signal: it does not exit on its own, or a service manager or the DaemonSet would start
-/// it again, and it would take the socket back, for ever in turn.
+/// it again, and it would take the socket back, for ever in turn. The two daemons never run
+/// calls for one container at the same time: each call holds the container's lock, whichever
+/// process runs it.
 pub(super) async fn serve(
     listener: tokio::net::UnixListener,
     socket: &Path,

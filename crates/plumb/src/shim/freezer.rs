@@ -1,13 +1,8 @@
-//! Whether a process is frozen by a cgroup freezer, and which file thaws it. The shim names the
-//! daemon's process when the daemon does not answer a call (`shim`), and a frozen task is not
-//! in the stopped state (`T`) that SIGSTOP gives: cgroup v2's freezer leaves it sleeping (`S`),
-//! cgroup v1's in `D`, so its state alone read "running … or the daemon stuck" or "waiting on a
-//! device", and sent the operator to restart a daemon that only needed thawing. A paused
-//! container (`ctr task pause`, `docker pause`) is frozen this way.
-//!
-//! Kernel documentation: cgroup v2 (`cgroup.freeze`, and `cgroup.events`' `frozen` key, which
-//! is 1 also when an ancestor froze the cgroup), cgroup v1's freezer subsystem
-//! (`freezer.state`, `freezer.self_freezing`).
+//! Whether a process is frozen by a cgroup freezer, and which file thaws it: the shim names the
+//! daemon's process when the daemon does not answer a call (`shim`), and a frozen task is not in
+//! the stopped state (`T`) that SIGSTOP gives, so its state alone would send the operator to
+//! restart a daemon that only needs thawing. A paused container (`ctr task pause`, `docker
+//! pause`) is frozen this way.
 
 use std::path::{Path, PathBuf};
 
@@ -24,7 +19,9 @@ pub struct Frozen {
 
 /// Whether process `pid` is frozen, read from `/proc` and the cgroup file systems this process
 /// sees. Anything unreadable (no such process, no freezer mounted, another mount namespace's
-/// paths) reads as not frozen: the caller then says what the process's state says.
+/// paths) reads as not frozen: the caller then says what the process's state says. Its state
+/// alone does not tell: cgroup v2's freezer leaves a frozen task sleeping (`S`), cgroup v1's in
+/// `D`, which read as "running … or the daemon stuck" or "waiting on a device".
 pub fn frozen(pid: i32) -> Option<Frozen> {
     let read = |p: &Path| std::fs::read_to_string(p).ok();
     let cgroups = read(Path::new(&format!("/proc/{pid}/cgroup")))?;
@@ -33,7 +30,9 @@ pub fn frozen(pid: i32) -> Option<Frozen> {
 }
 
 /// The two freezers: cgroup v2's, in every cgroup of the unified hierarchy, and cgroup v1's
-/// freezer controller.
+/// freezer controller. Kernel documentation: cgroup v2 (`cgroup.freeze`, and `cgroup.events`'
+/// `frozen` key, which is 1 also when an ancestor froze the cgroup), cgroup v1's freezer
+/// subsystem (`freezer.state`, `freezer.self_freezing`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Hierarchy {
     Unified,

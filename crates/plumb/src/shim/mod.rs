@@ -1,23 +1,8 @@
 //! The CNI plugin as a shim: when plumb's configuration names a daemon socket
-//! (`plumbDaemonSocket`), the `plumb` the runtime runs forwards the call (its `CNI_*`
-//! environment and its stdin) to `plumb daemon` over that socket and hands the runtime the
-//! daemon's answer as its own: the same output, the same exit code (docs/architecture.md: one binary, a
-//! shim that forwards to the daemon when its config names a daemon socket).
-//!
-//! The daemon not running (no socket, or nothing listening on it) is not an error: the call
-//! runs here, in thin mode, with the same configuration and the same records, so a daemon that
-//! is restarting or crashed never stops pods from starting or stopping (Multus's thick mode
-//! fails every call then). Once the daemon has the call, its answer is the call's: a connection
-//! lost part-way is an error (code 11, the runtime tries again), never a second attempt here
-//! that could run beside the daemon's.
-//!
-//! The shim talks only to a daemon run by root or by its own user (`SO_PEERCRED`); a daemon
-//! too busy to accept (its listen backlog full) fails the call with code 11, to be tried again.
-//!
-//! The protocol, HTTP/1.1 over the unix socket (so that `curl --unix-socket` can talk to it):
-//! `POST /cni`, the body one line of JSON with the `CNI_*` variables, a newline, then the
-//! runtime's stdin as it came, the plugin's version in the `plumb-version` header; the answer's
-//! body is what the plugin prints, its exit code in the `plumb-exit-code` header.
+//! (`plumbDaemonSocket`), the `plumb` the runtime runs forwards the call (its `CNI_*` environment
+//! and its stdin) to `plumb daemon` over that socket, in HTTP/1.1 ([`forward`]), and hands the
+//! runtime the daemon's answer as its own: the same output, the same exit code
+//! (docs/architecture.md). With no daemon listening, the call runs here, in thin mode.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -70,7 +55,10 @@ pub fn daemon_socket(stdin: &[u8]) -> Option<PathBuf> {
 pub enum Forwarded {
     /// The daemon's answer: what to print and the exit code.
     Answer { stdout: Vec<u8>, code: i32 },
-    /// Nobody listens on the socket: the call is to run here. Says why.
+    /// Nobody listens on the socket: the call is to run here. Says why. Not an error: in thin
+    /// mode, with the same configuration and the same records, so a daemon that is restarting
+    /// or crashed never stops pods from starting or stopping (Multus's thick mode fails every
+    /// call then).
     NoDaemon(String),
 }
 
@@ -98,6 +86,11 @@ pub fn parse_request(body: &[u8]) -> Result<(BTreeMap<String, String>, &[u8]), S
 
 /// Sends the call (`env`, `stdin`) to the daemon at `socket`. A daemon slow to answer is
 /// told to `slow`, with what it is doing ([`SLOW`]).
+///
+/// The protocol, HTTP/1.1 over the unix socket (so that `curl --unix-socket` can talk to it):
+/// `POST /cni`, the body one line of JSON with the `CNI_*` variables, a newline, then the
+/// runtime's stdin as it came, the plugin's version in the `plumb-version` header; the answer's
+/// body is what the plugin prints, its exit code in the `plumb-exit-code` header.
 pub fn forward(
     socket: &Path,
     env: &BTreeMap<String, String>,
@@ -105,6 +98,9 @@ pub fn forward(
     slow: &dyn Fn(&str),
 ) -> Result<Forwarded, CniError> {
     let rt = plumb_cluster::runtime::current_thread()?;
+    // Once the daemon has the call, its answer is the call's: a connection lost part-way is an
+    // error (code 11, the runtime tries again), never a second attempt here that could run
+    // beside the daemon's.
     let lost = |e: &dyn std::fmt::Display| {
         CniError::new(
             ErrorCode::TryAgainLater,

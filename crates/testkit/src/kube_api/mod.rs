@@ -1,27 +1,9 @@
 //! A Kubernetes API server stand-in for tests: the real REST shapes of the objects plumb uses
 //! (pods, events core/v1 and events.k8s.io/v1, NetworkAttachmentDefinitions, IPAMClaims) over
-//! HTTP or HTTPS, reached through kube-rs and a kubeconfig exactly as a real cluster is.
-//! No API server can be installed on the build machines, so this is the one sanctioned
-//! stand-in (docs/architecture.md, "How it is tested").
-//!
-//! It serves GET, LIST, WATCH, create, replace, PATCH (merge, strategic merge, JSON patch,
-//! server-side apply), DELETE and the `status` subresources, with one global resourceVersion,
-//! 409 conflicts, and `Status` error bodies as the API server writes them. Tests seed and
-//! inspect objects directly, assert on a log of every request, inject faults (latency, error
-//! codes, dropped connections), rotate tokens, and take the server down (connection refused)
-//! and back up on the same address.
-//!
-//! ```no_run
-//! use testkit::kube_api::{KubeApi, KubeApiOptions, KubeconfigUser, Resource};
-//! let api = KubeApi::start(KubeApiOptions::default());
-//! api.put(Resource::Pods, serde_json::json!({"metadata": {"name": "p", "namespace": "default"}}));
-//! let dir = tempfile::tempdir().unwrap();
-//! let kubeconfig = api.write_kubeconfig(dir.path().join("kubeconfig"), KubeconfigUser::Token);
-//! // … run plumb with `kubeconfig`, then:
-//! assert!(api.requests().iter().any(|r| r.method == "PATCH"));
-//! ```
-//!
-//! What is simpler than the real server is listed in `crates/testkit/KUBE_API.md`.
+//! HTTP or HTTPS, reached through kube-rs and a kubeconfig exactly as a real cluster is
+//! ([`KubeApi`]). No API server can be installed on the build machines, so this is the one
+//! sanctioned stand-in (docs/architecture.md, "How it is tested"); what is simpler than the real
+//! server is listed in `crates/testkit/KUBE_API.md`.
 
 mod faults;
 mod handlers;
@@ -112,6 +94,23 @@ impl KubeApiOptions {
 /// A running stand-in. It runs on its own thread with its own tokio runtime, so synchronous
 /// tests, async tests and tests that run `plumb` as a subprocess use it alike. Dropping it
 /// stops the server and closes every connection.
+///
+/// It serves GET, LIST, WATCH, create, replace, PATCH (merge, strategic merge, JSON patch,
+/// server-side apply), DELETE and the `status` subresources, with one global resourceVersion,
+/// 409 conflicts, and `Status` error bodies as the API server writes them. Tests seed and
+/// inspect objects directly, assert on a log of every request, inject faults (latency, error
+/// codes, dropped connections), rotate tokens, and take the server down (connection refused)
+/// and back up on the same address.
+///
+/// ```no_run
+/// use testkit::kube_api::{KubeApi, KubeApiOptions, KubeconfigUser, Resource};
+/// let api = KubeApi::start(KubeApiOptions::default());
+/// api.put(Resource::Pods, serde_json::json!({"metadata": {"name": "p", "namespace": "default"}}));
+/// let dir = tempfile::tempdir().unwrap();
+/// let kubeconfig = api.write_kubeconfig(dir.path().join("kubeconfig"), KubeconfigUser::Token);
+/// // … run plumb with `kubeconfig`, then:
+/// assert!(api.requests().iter().any(|r| r.method == "PATCH"));
+/// ```
 pub struct KubeApi {
     shared: Arc<Shared>,
     tls: Option<tls::TlsMaterial>,

@@ -1,17 +1,7 @@
-//! The four PATCH bodies the API server takes.
-//!
-//! - `application/merge-patch+json`: RFC 7386, exactly.
-//! - `application/strategic-merge-patch+json` (built-in types only; custom resources answer 415
-//!   as the real server does): maps merge as in RFC 7386; the directives `$patch: replace`,
-//!   `$patch: delete` (on maps) and `$deleteFromPrimitiveList/<field>` are honoured;
-//!   `$setElementOrder/<field>` and `$retainKeys` are accepted and ignored. **Simplification:**
-//!   lists are replaced whole — there is no merging of list items by their `patchMergeKey`
-//!   (e.g. containers by name). plumb patches annotations (maps), where both agree.
-//! - `application/json-patch+json`: RFC 6902 (add, remove, replace, move, copy, test).
-//! - `application/apply-patch+yaml` (server-side apply): **simplified** — the body must be JSON
-//!   (a subset of YAML), the applied fields are merged into the live object (maps recursively,
-//!   lists and scalars replaced, nulls ignored); there are no `managedFields`, so fields a manager
-//!   stops applying are not removed and no apply conflicts (409) are ever reported.
+//! The four PATCH bodies the API server takes: `application/merge-patch+json` (RFC 7386, exactly),
+//! `application/strategic-merge-patch+json` and `application/apply-patch+yaml` (server-side
+//! apply), both simplified ([`strategic`], [`apply`]), and `application/json-patch+json` (RFC
+//! 6902: add, remove, replace, move, copy, test).
 
 use serde_json::{Map, Value};
 
@@ -57,7 +47,12 @@ pub(crate) fn merge(target: &mut Value, patch: &Value) {
     }
 }
 
-/// Strategic merge patch, simplified (see the module comment).
+/// Strategic merge patch, simplified: built-in types only (custom resources answer 415 as the
+/// real server does); maps merge as in RFC 7386; the directives `$patch: replace`, `$patch:
+/// delete` (on maps) and `$deleteFromPrimitiveList/<field>` are honoured;
+/// `$setElementOrder/<field>` and `$retainKeys` are accepted and ignored. **Simplification:**
+/// lists are replaced whole — there is no merging of list items by their `patchMergeKey` (e.g.
+/// containers by name). plumb patches annotations (maps), where both agree.
 pub(crate) fn strategic(target: &mut Value, patch: &Value) -> Result<(), String> {
     let Value::Object(patch) = patch else {
         return Err("strategic merge patch must be a JSON object".to_owned());
@@ -132,7 +127,10 @@ fn strip_directives(v: &Value) -> Value {
     }
 }
 
-/// Server-side apply, simplified (see the module comment).
+/// Server-side apply, simplified: the body must be JSON (a subset of YAML), the applied fields
+/// are merged into the live object (maps recursively, lists and scalars replaced, nulls
+/// ignored); there are no `managedFields`, so fields a manager stops applying are not removed
+/// and no apply conflicts (409) are ever reported.
 pub(crate) fn apply(target: &mut Value, applied: &Value) {
     let Value::Object(applied) = applied else {
         *target = applied.clone();

@@ -1,13 +1,8 @@
 //! TokenRequest (`POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`,
-//! authentication.k8s.io/v1): a token for a service account, bound to an object (a Pod, a
-//! Secret, or a Node: on by default since Kubernetes 1.31). The stand-in answers as the API server
-//! does (201 with the request, its status holding the token and when it expires), accepts the
-//! token from then on, and keeps each issued token for the tests to read
-//! ([`super::KubeApi::issued_tokens`]). The service account itself is not checked: the stand-in
-//! serves none. A Node bound to is checked when it was registered
-//! ([`super::KubeApi::register_node`]): a reference naming another UID gets 409, as the API
-//! server answers for an object deleted and made again. A lifetime asked for past the API
-//! server's cap (`KubeApiOptions::max_token_expiration`) is shortened to it.
+//! authentication.k8s.io/v1) in the API stand-in: a token for a service account, bound to an
+//! object (a Pod, a Secret, or a Node: on by default since Kubernetes 1.31), answered as the API
+//! server does (201 with the request, its status holding the token and when it expires), then
+//! accepted, and kept for the tests to read ([`super::KubeApi::issued_tokens`]).
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -37,6 +32,11 @@ pub struct IssuedToken {
 /// The shortest lifetime the API server issues (`ExpirationSeconds` validation: ten minutes).
 const MIN_EXPIRATION: u64 = 600;
 
+/// Answers a TokenRequest for service account `ns/name`. The service account itself is not
+/// checked: the stand-in serves none. A Node bound to is checked when it was registered
+/// ([`super::KubeApi::register_node`]): a reference naming another UID gets 409, as the API
+/// server answers for an object deleted and made again. A lifetime asked for past the API
+/// server's cap (`KubeApiOptions::max_token_expiration`) is shortened to it.
 pub(crate) fn create(
     shared: &Arc<Shared>,
     ns: &str,

@@ -1,11 +1,7 @@
-//! WATCH (`GET …?watch=true`): a chunked stream of newline-delimited `{"type","object"}` events,
-//! as the API server's watch cache sends them. From no resourceVersion (or `0`) it starts with
-//! a synthetic `ADDED` for every existing object; from a resourceVersion it replays the changes
-//! after it, or, if that version was compacted away, sends one `ERROR` event carrying a 410
-//! `Expired` Status and ends (HTTP status 200, as the cacher answers). Selectors are applied to
-//! both sides of a change, so an object that stops matching is seen as `DELETED`.
-//! `allowWatchBookmarks` adds periodic `BOOKMARK`s, and `sendInitialEvents` the bookmark
-//! annotated `k8s.io/initial-events-end` after the initial events (streaming lists).
+//! WATCH (`GET …?watch=true`) in the API stand-in: a chunked stream of newline-delimited
+//! `{"type","object"}` events, as the API server's watch cache sends them: the initial `ADDED`
+//! events, the changes after a resourceVersion (or a 410 `Expired` once it is compacted away),
+//! label and field selectors, and bookmarks ([`start`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,7 +47,8 @@ impl Spec {
         line(&json!({"type": kind, "object": self.render(obj)}))
     }
 
-    /// The event a change makes for this watch, if any.
+    /// The event a change makes for this watch, if any. The selector is applied to both sides
+    /// of a change, so an object that stops matching is seen as `DELETED`.
     fn event_for(&self, change: &Change) -> Option<Bytes> {
         if change.res != self.res || self.ns.as_ref().is_some_and(|ns| *ns != change.ns) {
             return None;
@@ -111,6 +108,13 @@ fn forbidden(field: &str, message: &str) -> Cause {
 }
 
 /// Checks the watch parameters and starts the stream; errors here are ordinary HTTP answers.
+///
+/// From no resourceVersion (or `0`) the stream starts with a synthetic `ADDED` for every
+/// existing object; from a resourceVersion it replays the changes after it, or, if that version
+/// was compacted away, sends one `ERROR` event carrying a 410 `Expired` Status and ends (HTTP
+/// status 200, as the cacher answers). `allowWatchBookmarks` adds periodic `BOOKMARK`s, and
+/// `sendInitialEvents` the bookmark annotated `k8s.io/initial-events-end` after the initial
+/// events (streaming lists).
 pub(crate) fn start(
     shared: &Arc<Shared>,
     res: Resource,
