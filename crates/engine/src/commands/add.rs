@@ -1,7 +1,7 @@
-//! ADD (CNI spec §4 "ADD"; multi-net spec §3-§5): wait for the default network to be ready,
-//! find the pod, plan its attachments (every check made before anything runs), run them in
-//! order with the record written first, write network-status on the pod, and return the
-//! default network's result. A status write that fails undoes the attachments.
+//! ADD (CNI spec 1.1 §2 `ADD`, §3 "Adding an attachment"; multi-net spec §3-§5): wait for the
+//! default network to be ready, find the pod, plan its attachments (every check made before
+//! anything runs), run them in order with the record written first, write network-status on the
+//! pod, and return the default network's result. A status write that fails undoes it all.
 
 use std::time::{Duration, Instant};
 

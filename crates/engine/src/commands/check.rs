@@ -1,4 +1,5 @@
-//! CHECK (CNI spec §4 "CHECK"): each recorded attachment checked by its delegates.
+//! CHECK (CNI spec 1.1 §2 `CHECK`, §3 "Checking an attachment"): each recorded attachment
+//! checked by its delegates.
 
 use cni::error::CniError;
 use cni::skel::CmdArgs;

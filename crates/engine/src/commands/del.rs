@@ -1,7 +1,7 @@
-//! DEL (CNI spec §4 "DEL"; multi-net spec §7.2): undo every attachment of the sandbox's record,
-//! in reverse, past failures; for a sandbox Multus attached, from Multus's scratch cache; with
-//! no record, what planning from the pod finds. A DEL never fails for a pod or NAD that is
-//! gone: that would only block the sandbox's removal.
+//! DEL (CNI spec 1.1 §2 `DEL`, §3 "Deleting an attachment"; multi-net spec §7.2): undo every
+//! attachment of the sandbox's record, in reverse, past failures; for a sandbox Multus attached,
+//! from Multus's scratch cache; with no record, what planning from the pod finds. A DEL never
+//! fails for a pod or NAD that is gone: that would only block the sandbox's removal.
 
 use cni::error::CniError;
 use cni::skel::CmdArgs;

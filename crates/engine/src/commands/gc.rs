@@ -1,6 +1,7 @@
-//! GC (CNI spec 1.1 §4 "GC"): stale sandboxes deleted from their records (or Multus's scratch
-//! cache), orphaned lock and temporary files removed, then every delegate network given its
-//! attachments of live sandboxes as valid. Every failure is reported, and none stops the rest.
+//! GC (CNI spec 1.1 §2 `GC`, §3 "Garbage-collecting a network"): stale sandboxes deleted from
+//! their records (or Multus's scratch cache), orphaned lock and temporary files removed, then
+//! every delegate network given its attachments of live sandboxes as valid. Every failure is
+//! reported, and none stops the rest.
 
 use std::collections::BTreeSet;
 use std::time::Duration;

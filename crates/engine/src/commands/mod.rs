@@ -1,8 +1,8 @@
 //! plumb as the runtime's CNI plugin: the [`cni::skel::Plugin`] whose ADD attaches a pod to its
 //! networks (multi-net spec §3-§5), DEL detaches it, CHECK checks every attachment, STATUS and
 //! GC (CNI spec 1.1) cover every network plumb knows of; one file per command. The same engine
-//! serves thin mode (one process per call), the daemon (clients kept between calls: its
-//! [`Connect`]) and `plumb attach`/`detach`.
+//! serves thin mode (one process per call) and the daemon (clients kept between calls: its
+//! [`Connect`]).
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! STATUS (CNI spec 1.1 §4 "STATUS"): whether the node can attach pods, asked of every network
+//! STATUS (CNI spec 1.1 §2 `STATUS`): whether the node can attach pods, asked of every network
 //! plumb knows of, the default network first.
 
 use cni::error::{CniError, ErrorCode};

@@ -67,11 +67,8 @@ impl Node {
     fn call(&self, command: &str, container_id: &str, pod: &str) -> Result<Value, cni::CniError> {
         let mut args = request(&self.config, container_id, "/proc/self/ns/net");
         args.args = format!("K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};K8S_POD_UID=uid-{pod}");
-        let plumb = Plumb {
-            routes: &NetlinkRoutes,
-            connect: &InMemory(self.cluster.clone()),
-            caller: Caller::ThisProcess,
-        };
+        let connect = InMemory(self.cluster.clone());
+        let plumb = plumb(&connect);
         match command {
             "ADD" => plumb.add(&args).map(|r| r.to_value().unwrap()),
             "DEL" => plumb.del(&args).map(|()| Value::Null),
@@ -85,12 +82,16 @@ impl Node {
             .iter()
             .map(|id| json!({"containerID": id, "ifname": "eth0"}))
             .collect();
-        let plumb = Plumb {
-            routes: &NetlinkRoutes,
-            connect: &InMemory(self.cluster.clone()),
-            caller: Caller::ThisProcess,
-        };
-        plumb.gc(&request(&config, "", ""))
+        plumb(&InMemory(self.cluster.clone())).gc(&request(&config, "", ""))
+    }
+}
+
+/// plumb as the runtime runs it in thin mode, reaching the cluster through `connect`.
+fn plumb(connect: &InMemory) -> Plumb<'_> {
+    Plumb {
+        routes: &NetlinkRoutes,
+        connect,
+        caller: Caller::ThisProcess,
     }
 }
 
