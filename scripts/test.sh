@@ -9,6 +9,10 @@ cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+if cargo deny --version >/dev/null 2>&1; then
+  echo "== cargo deny (licences, duplicate versions: deny.toml)"
+  cargo deny --offline check licenses bans
+fi
 echo "== cargo test"
 cargo test --workspace --locked
 echo "== the demo (README's main job), on the debug build"
