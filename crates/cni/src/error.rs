@@ -9,6 +9,12 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::go_json::null_as_default;
+use crate::quote;
+
+/// The longest `msg` a runtime is given ([`CniError::to_json`]).
+pub const MAX_MSG: usize = 2 << 10;
+/// The longest `details` a runtime is given (a plugin's stderr is cut to 4 KiB before).
+pub const MAX_DETAILS: usize = 6 << 10;
 
 /// The well-known error codes of spec §5, plus the two that Go's reference library adds (8 and
 /// 999), and any plugin-specific code (100 and above).
@@ -164,9 +170,16 @@ impl CniError {
         self
     }
 
-    /// The JSON a plugin prints on stdout (spec §5 "Error").
+    /// The JSON a plugin prints on stdout (spec §5 "Error": `msg` is a short message), its
+    /// `msg` cut to [`MAX_MSG`] and its `details` to [`MAX_DETAILS`]: the runtime puts them in
+    /// its events and logs, again at every retry of the sandbox.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self)
+        let bounded = CniError {
+            msg: quote::cut(&self.msg, MAX_MSG).into_owned(),
+            details: quote::cut(&self.details, MAX_DETAILS).into_owned(),
+            ..self.clone()
+        };
+        serde_json::to_string(&bounded)
             .unwrap_or_else(|_| format!(r#"{{"code":{},"msg":"unprintable error"}}"#, self.code))
     }
 }

@@ -5,6 +5,7 @@
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, Stdio};
 use std::sync::Mutex;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::child::{Finished, PastMax, Unfinished, kill_group, run_to_end};
 use crate::error::{CniError, ErrorCode};
+use crate::quote;
 use crate::validate;
 
 /// A CNI operation (spec §2 "CNI operations").
@@ -129,7 +131,8 @@ pub fn find_in_path(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, CniE
         return Err(CniError::new(
             ErrorCode::InvalidConfig,
             format!(
-                "cannot find plugin {plugin_type:?}: no plugin directories (CNI_PATH is empty)"
+                "cannot find plugin {}: no plugin directories (CNI_PATH is empty)",
+                quote::quoted(plugin_type)
             ),
         ));
     }
@@ -146,7 +149,8 @@ pub fn find_in_path(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, CniE
     Err(CniError::new(
         ErrorCode::InvalidConfig,
         format!(
-            "failed to find plugin {plugin_type:?} in path [{}]",
+            "failed to find plugin {} in path [{}]",
+            quote::quoted(plugin_type),
             searched.join(" ")
         ),
     ))
@@ -329,8 +333,34 @@ impl Exec for RawExec {
                 stderr: f.stderr,
             });
         }
+        if let Some(signal) = f.status.signal() {
+            return Err(killed_by(path, signal, &f.stderr));
+        }
         Err(plugin_error(&f.status.to_string(), &f.stdout, &f.stderr))
     }
+}
+
+/// A plugin killed by a signal (the OOM killer's SIGKILL, most often) did not refuse the
+/// request: it is code 11, "try again later", so that the runtime retries, and the signal is
+/// named. Whatever it printed before is no answer; its stderr goes in the details.
+fn killed_by(path: &Path, signal: i32, stderr: &[u8]) -> CniError {
+    let name = nix::sys::signal::Signal::try_from(signal)
+        .map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_string());
+    let why = if signal == nix::sys::signal::Signal::SIGKILL as i32 {
+        " (the kernel's OOM killer sends it when memory runs out)"
+    } else {
+        ""
+    };
+    CniError::new(
+        ErrorCode::TryAgainLater,
+        format!(
+            "plugin {} was killed by {name}{why} before it answered",
+            path.display()
+        ),
+    )
+    .with_details(
+        quote::cut_start(String::from_utf8_lossy(stderr).trim(), QUOTED_OUTPUT_MAX).into_owned(),
+    )
 }
 
 /// Plugin output quoted in an error is kept to this many bytes: the error goes back to the
@@ -338,34 +368,14 @@ impl Exec for RawExec {
 /// make a megabyte error message.
 pub const QUOTED_OUTPUT_MAX: usize = 4096;
 
-/// At most `max` bytes of `s` (on a character boundary), from its start or its end, saying how
-/// much was left out.
-fn clip(s: &str, max: usize, keep_end: bool) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut cut = if keep_end { s.len() - max } else { max };
-    while !s.is_char_boundary(cut) {
-        if keep_end { cut += 1 } else { cut -= 1 }
-    }
-    if keep_end {
-        format!("[{cut} bytes left out] {}", &s[cut..])
-    } else {
-        format!("{} [{} bytes left out]", &s[..cut], s.len() - cut)
-    }
-}
-
 /// Decodes a failed plugin's output (libcni `pluginErr`): the error JSON on stdout if there is
 /// one; otherwise its stderr is the message. Stderr also fills an empty `details`, because it
 /// is usually what explains the failure to an operator. Quoted output is cut to
 /// [`QUOTED_OUTPUT_MAX`] (CNI spec §5 "Error": `msg` is a short message).
 pub fn plugin_error(status: &str, stdout: &[u8], stderr: &[u8]) -> CniError {
     // Its last lines are what usually says why it failed.
-    let stderr_text = clip(
-        String::from_utf8_lossy(stderr).trim(),
-        QUOTED_OUTPUT_MAX,
-        true,
-    );
+    let stderr_text =
+        quote::cut_start(String::from_utf8_lossy(stderr).trim(), QUOTED_OUTPUT_MAX).into_owned();
     let stdout_text = String::from_utf8_lossy(stdout).trim().to_string();
     if stdout_text.is_empty() {
         if stderr_text.is_empty() {
@@ -393,7 +403,7 @@ pub fn plugin_error(status: &str, stdout: &[u8], stderr: &[u8]) -> CniError {
             ErrorCode::Internal,
             format!(
                 "plugin failed ({status}) and its error output is not CNI error JSON ({perr}): {:?}",
-                clip(&stdout_text, QUOTED_OUTPUT_MAX, false)
+                quote::cut(&stdout_text, QUOTED_OUTPUT_MAX)
             ),
         )
         .with_details(stderr_text),
@@ -504,6 +514,31 @@ mod tests {
     }
 
     #[test]
+    fn a_plugin_killed_by_a_signal_is_a_transient_failure_naming_the_signal() {
+        // The OOM killer's SIGKILL (here the plugin's own): the runtime should retry, not
+        // take it for a refusal (999).
+        let d = tempfile::tempdir().unwrap();
+        let x = RawExec::default();
+        let p = script(
+            d.path(),
+            "oom",
+            r#"echo '{"cniVersion":"1.0.0","ips":[' ; echo 'out of memory' >&2; kill -KILL $$"#,
+        );
+        let e = x.exec_plugin(&p, b"{}", &env("ADD")).unwrap_err();
+        assert_eq!(e.code, 11, "{e:?}");
+        assert!(e.msg.contains("killed by SIGKILL"), "{e}");
+        assert!(e.msg.contains("OOM killer"), "{e}");
+        assert_eq!(e.details, "out of memory");
+        let p = script(d.path(), "segv", "kill -SEGV $$");
+        let e = x.exec_plugin(&p, b"{}", &env("DEL")).unwrap_err();
+        assert_eq!(e.code, 11, "{e:?}");
+        assert!(
+            e.msg.contains("killed by SIGSEGV before it answered"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_failure_with_huge_output_gives_an_error_of_bounded_size() {
         let d = tempfile::tempdir().unwrap();
         let x = RawExec::default();
@@ -526,7 +561,7 @@ mod tests {
             e.details.len()
         );
         assert!(
-            e.msg.contains("not CNI error JSON") && e.msg.contains("left out"),
+            e.msg.contains("not CNI error JSON") && e.msg.contains("… (200000 bytes)"),
             "{}",
             &e.msg[..200]
         );
@@ -553,8 +588,8 @@ mod tests {
             &e.msg[e.msg.len() - 50..]
         );
         // Multi-byte text is cut on a character boundary.
-        assert_eq!(clip("ééé", 3, false), "é [4 bytes left out]");
-        assert_eq!(clip("ééé", 3, true), "[4 bytes left out] é");
+        assert_eq!(quote::cut("ééé", 3), "é… (6 bytes)");
+        assert_eq!(quote::cut_start("ééé", 3), "(6 bytes) …é");
     }
 
     /// Waits up to 10 s for `path` to exist.

@@ -26,6 +26,8 @@ pub mod exec;
 pub mod files;
 pub mod go_json;
 pub mod inherit;
+pub mod json_keys;
+pub mod quote;
 pub mod request;
 pub mod result;
 pub mod runtime;

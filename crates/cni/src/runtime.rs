@@ -13,6 +13,7 @@ use crate::cache::{CachedAttachment, ResultCache};
 use crate::config::{NetworkConfigList, PluginConfig};
 use crate::error::{CniError, ErrorCode, ErrorList};
 use crate::exec::{Command, Exec, ExecOutput, PluginEnv, RawExec};
+use crate::quote;
 use crate::request::{self, Extra, GcAttachment};
 use crate::result::CniResult;
 use crate::validate;
@@ -136,9 +137,9 @@ impl CniConfig {
             .exec_plugin(binary, stdin, &self.env(command, rt))
             .map_err(|e| {
                 e.context(format!(
-                    "network {:?}: plugin {:?} ({} of {}) failed ({})",
-                    list.name,
-                    plugin.plugin_type,
+                    "network {}: plugin {} ({} of {}) failed ({})",
+                    quote::quoted(&list.name),
+                    quote::quoted(&plugin.plugin_type),
                     index + 1,
                     list.plugins.len(),
                     command.as_str()
@@ -231,9 +232,9 @@ impl CniConfig {
                 })?;
             if let Some(e) = error_printed_as_result(&out.stdout) {
                 return Err(after_start(e.context(format!(
-                    "network {:?}: plugin {:?} ({} of {}) printed an error with exit status 0 (ADD)",
-                    list.name,
-                    list.plugins[i].plugin_type,
+                    "network {}: plugin {} ({} of {}) printed an error with exit status 0 (ADD)",
+                    quote::quoted(&list.name),
+                    quote::quoted(&list.plugins[i].plugin_type),
                     i + 1,
                     list.plugins.len()
                 ))));
@@ -244,8 +245,9 @@ impl CniConfig {
                 .and_then(|r| r.convert_to(list.cni_version))
                 .map_err(|e| {
                     after_start(e.context(format!(
-                        "network {:?}: plugin {:?} returned an unusable result",
-                        list.name, list.plugins[i].plugin_type
+                        "network {}: plugin {} returned an unusable result",
+                        quote::quoted(&list.name),
+                        quote::quoted(&list.plugins[i].plugin_type)
                     )))
                 })?;
             prev = Some(result);
@@ -484,7 +486,7 @@ impl CniConfig {
         match self.exec.exec_plugin(&bin, stdin.as_bytes(), &env) {
             Ok(out) => VersionInfo::decode(&out.stdout),
             Err(e) if e.msg == "unknown CNI_COMMAND: VERSION" => Ok(vec![Version::V0_1_0]),
-            Err(e) => Err(e.context(format!("plugin {plugin_type:?} (VERSION)"))),
+            Err(e) => Err(e.context(format!("plugin {} (VERSION)", quote::quoted(plugin_type)))),
         }
     }
 }

@@ -101,12 +101,18 @@ pub fn plugin_type(t: &str) -> Result<(), CniError> {
         "must not contain '..'"
     } else if t.contains('\0') {
         "must not contain NUL"
+    } else if t.len() > 255 {
+        // NAME_MAX: no file has a longer name.
+        "must be a file name, at most 255 bytes"
     } else {
         return Ok(());
     };
     Err(CniError::new(
         ErrorCode::InvalidConfig,
-        format!("invalid plugin type {t:?} (key \"type\"): {why}"),
+        format!(
+            "invalid plugin type {} (key \"type\"): {why}",
+            crate::quote::quoted(t)
+        ),
     ))
 }
 

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use cni::error::{CniError, ErrorCode};
+use cni::json_keys;
 use cni::version::Version;
 use serde_json::{Map, Value};
 
@@ -37,7 +38,7 @@ pub struct Config {
     /// Namespaces any pod may use NADs from with isolation on. Multus's default is `default`;
     /// setting the key replaces it.
     pub global_namespaces: Vec<String>,
-    /// Pods in these namespaces get no `defaultNetworks` and no network-status write.
+    /// Pods in these namespaces get no `defaultNetworks` (their network-status is written).
     pub system_namespaces: Vec<String>,
     pub multus_namespace: String,
     pub readiness_indicator_file: Option<PathBuf>,
@@ -291,6 +292,13 @@ impl Config {
                 ));
             }
         };
+        // serde_json kept the last of two equal keys: a setting given twice is refused, naming it.
+        let checked = json_keys::Checked::Object {
+            nested: &["capabilities", "runtimeConfig"],
+        };
+        if let Some(twice) = json_keys::duplicate_key(bytes, checked) {
+            return Err(invalid(format!("plumb configuration: {twice}")));
+        }
         let mut warnings = Vec::new();
         let raw = canonical_keys(raw, &mut warnings)?;
         let r = Reader { raw: &raw };
@@ -307,11 +315,8 @@ impl Config {
                 }
                 // CNI spec, error code 2: the message must contain the key and its value (cut
                 // short: the value comes from outside and could be of any size).
-                let mut value = raw[key].to_string();
-                if let Some((cut, _)) = value.char_indices().nth(200) {
-                    value.truncate(cut);
-                    value.push('…');
-                }
+                let value = raw[key].to_string();
+                let value = cni::quote::cut(&value, 2 * cni::quote::VALUE);
                 return Err(CniError::new(
                     ErrorCode::UnsupportedField,
                     format!(
@@ -511,6 +516,30 @@ mod tests {
         .unwrap();
         assert_eq!(c.global_namespaces, ["ns3", "ns4"]);
         assert!(c.namespace_isolation);
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_naming_it() {
+        // serde_json keeps the last of two equal keys: isolation was off, silently.
+        let e = Config::parse(
+            br#"{"clusterNetwork": "x", "namespaceIsolation": true, "namespaceIsolation": false}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, 7, "{e}");
+        assert!(
+            e.msg.contains("key \"namespaceIsolation\" is given twice"),
+            "{e}"
+        );
+        let e = Config::parse(
+            br#"{"clusterNetwork": "x", "capabilities": {"ips": true, "ips": false}}"#,
+        )
+        .unwrap_err();
+        assert!(e.msg.contains("(in \"capabilities\")"), "{e}");
+        // A delegate's own keys are its own.
+        Config::parse(
+            br#"{"delegates": [{"cniVersion": "1.0.0", "name": "n", "type": "a", "type": "b"}]}"#,
+        )
+        .unwrap();
     }
 
     #[test]

@@ -346,8 +346,8 @@ impl Executor<'_> {
         attachments: &[Attachment],
     ) -> Result<Vec<Added>, CniError> {
         let n = attachments.len();
-        // Every attachment's plugins are found before anything is done (DESIGN: validate
-        // before acting): a plugin not installed on the node for a later network fails the
+        // Every attachment's plugins are found before anything is done (validate before
+        // acting): a plugin not installed on the node for a later network fails the
         // ADD with nothing attached, instead of after the networks before it were attached and
         // then undone (a rollback that can fail in turn: macvlan's DEL of a master that is
         // gone). A few `stat`s; `prepare_add` finds them again as it runs each.
@@ -556,6 +556,27 @@ impl Executor<'_> {
     /// and reports every one of them; the record goes last, and only when everything was undone.
     /// Otherwise it keeps only what is left to undo, so that a retry repeats no DEL that
     /// succeeded.
+    /// After an ADD that failed and left no record (it failed before any delegate ran, or
+    /// undid all it did): a record of no attachment, so that the runtime's DEL, or GC when no
+    /// DEL comes, knows at once that there is nothing to undo, without asking the API server
+    /// (which may be what failed). A record already there is never replaced.
+    pub fn record_nothing_attached(&self, sandbox: &Sandbox) -> Result<(), CniError> {
+        if self.records.load(&sandbox.container_id)?.is_some() {
+            return Ok(());
+        }
+        self.records.save(&Record {
+            version: RECORD_VERSION,
+            container_id: sandbox.container_id.clone(),
+            netns: sandbox.netns.clone(),
+            pod_namespace: String::new(),
+            pod_name: String::new(),
+            pod_uid: String::new(),
+            cni_args: sandbox.cni_args.clone(),
+            attachments: Vec::new(),
+            standalone: sandbox.standalone,
+        })
+    }
+
     pub fn del(&self, sandbox: &Sandbox, netns: &str) -> Result<bool, CniError> {
         let Some(record) = self.records.load(&sandbox.container_id)? else {
             return Ok(false);

@@ -31,6 +31,8 @@ struct State {
     events: Vec<(String, String, String, String)>,
     /// How many clients calls were given.
     connections: usize,
+    /// Every request fails as with an API server that does not answer.
+    down: bool,
 }
 
 impl InMemoryCluster {
@@ -59,6 +61,24 @@ impl InMemoryCluster {
         self.state().nads.insert(key, nad);
     }
 
+    /// Makes every request fail (code 11) while `down`, as an API server that does not answer.
+    pub fn set_down(&self, down: bool) {
+        self.state().down = down;
+    }
+
+    /// The request `what` recorded; an error while the API server is down.
+    fn ask(&self, what: String) -> Result<std::sync::MutexGuard<'_, State>, CniError> {
+        let mut s = self.state();
+        s.requests.push(what);
+        if s.down {
+            return Err(CniError::new(
+                ErrorCode::TryAgainLater,
+                "the API server does not answer",
+            ));
+        }
+        Ok(s)
+    }
+
     pub fn requests(&self) -> Vec<String> {
         self.state().requests.clone()
     }
@@ -78,24 +98,20 @@ impl InMemoryCluster {
 
 impl Cluster for InMemoryCluster {
     fn pod(&self, namespace: &str, name: &str, _wait: bool) -> Result<Option<Pod>, CniError> {
-        let mut s = self.state();
-        s.requests.push(format!("GET pod {namespace}/{name}"));
+        let s = self.ask(format!("GET pod {namespace}/{name}"))?;
         Ok(s.pods
             .get(&(namespace.to_string(), name.to_string()))
             .cloned())
     }
 
     fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
-        let mut s = self.state();
-        s.requests
-            .push(format!("GET nad {}/{}", r.namespace, r.name));
+        let s = self.ask(format!("GET nad {}/{}", r.namespace, r.name))?;
         Ok(s.nads.get(&(r.namespace.clone(), r.name.clone())).cloned())
     }
 
     fn set_network_status(&self, pod: &Pod, value: &str) -> Result<(), CniError> {
-        let mut s = self.state();
         let who = format!("{}/{}", pod.namespace, pod.name);
-        s.requests.push(format!("PATCH pod {who}"));
+        let mut s = self.ask(format!("PATCH pod {who}"))?;
         let Some(p) = s.pods.get_mut(&(pod.namespace.clone(), pod.name.clone())) else {
             return Err(CniError::new(ErrorCode::UnknownContainer, "pod not found"));
         };
@@ -106,9 +122,8 @@ impl Cluster for InMemoryCluster {
     }
 
     fn event(&self, pod: &Pod, kind: &str, reason: &str, message: &str) -> Result<(), CniError> {
-        let mut s = self.state();
         let who = format!("{}/{}", pod.namespace, pod.name);
-        s.requests.push(format!("POST event {who}"));
+        let mut s = self.ask(format!("POST event {who}"))?;
         s.events
             .push((who, kind.into(), reason.into(), message.into()));
         Ok(())

@@ -11,6 +11,7 @@
 //! - [`container_lock`]: one call at a time per container, across processes.
 //! - [`pod_args`]: which pod a CNI call is for (`K8S_POD_*` in `CNI_ARGS`).
 //! - [`multus_cache`]: Multus's scratch cache, for DEL of a sandbox Multus attached.
+//! - [`netns`]: `CNI_NETNS` checked to be a network namespace before anything runs.
 //! - [`networks`]: where a node finds delegate configurations (NADs, files).
 //! - [`devices`]: the devices of device-backed networks and their device-info files.
 //! - [`routes`]: `default-route` (multi-net spec §4.1.2.1.9) in the pod's netns, over netlink.
@@ -18,7 +19,6 @@
 //! - [`objects`]: Kubernetes objects (NADs, pods) from YAML/JSON files, for use without a cluster.
 //! - [`yaml`]: YAML from outside (object files, exec credential answers) read with bounds.
 //! - [`log`]: the log, Multus's line format.
-//! - [`text`]: text from outside, cut to a bounded length where it is quoted.
 //! - [`paths`]: every default path.
 
 pub mod cluster;
@@ -30,6 +30,7 @@ pub mod execute;
 pub mod kubelet;
 pub mod log;
 pub mod multus_cache;
+pub mod netns;
 pub mod networks;
 pub mod objects;
 pub mod paths;
@@ -37,7 +38,6 @@ pub mod plan;
 pub mod pod_args;
 pub mod record;
 pub mod routes;
-pub mod text;
 pub mod yaml;
 
 #[cfg(test)]

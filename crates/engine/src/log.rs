@@ -56,6 +56,8 @@ impl Log {
         }
     }
 
+    /// Writes `msg` as one line, cut to [`MAX_LINE`]: what it quotes from outside is bounded
+    /// where it is quoted, and this bounds what no quote did.
     fn write(&self, level: LogLevel, tag: &str, msg: &str) {
         if level > self.level {
             return;
@@ -65,7 +67,7 @@ impl Log {
             k8s_openapi::jiff::Timestamp::now()
                 .round(k8s_openapi::jiff::Unit::Second)
                 .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
-            one_line(msg)
+            one_line(&cni::quote::cut(msg, MAX_LINE))
         );
         if self.stderr {
             let _ = std::io::stderr().write_all(line.as_bytes());
@@ -94,6 +96,9 @@ impl Log {
         self.level >= LogLevel::Debug
     }
 }
+
+/// The longest message a log line holds (the line says how long the message was).
+pub const MAX_LINE: usize = 8 << 10;
 
 /// The log file at `path`, opened for appending (created 0600, as Multus's log file
 /// (lumberjack) is: the log holds pod and network details and delegates' stderr, which other

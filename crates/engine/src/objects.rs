@@ -15,7 +15,7 @@ use serde::de::DeserializeSeed;
 use serde_json::Value;
 
 use crate::plan::{Networks, Pod};
-use crate::text::{QUOTED_MESSAGE, cut_at};
+use cni::quote;
 
 /// One object read from a file, with where it came from.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,16 +59,15 @@ impl fmt::Display for FileObject {
 /// The most of a file's text or value an error quotes. A document can be megabytes (a JSON
 /// file can have 8 MiB), and every problem line, and an ADD's error from a file in `plumbNadDir`,
 /// quoted all of it: a wrong value is recognised by its start.
-const QUOTED: usize = 100;
 
-/// `text`, cut after [`QUOTED`] characters, saying how long it was.
+/// `text`, cut after [`quote::VALUE`] bytes, saying how long it was.
 fn cut(text: &str) -> std::borrow::Cow<'_, str> {
-    cut_at(text, QUOTED)
+    quote::cut(text, quote::VALUE)
 }
 
-/// A parser's message about a file, cut (see [`QUOTED_MESSAGE`]).
+/// A parser's message about a file, cut (see [`quote::MESSAGE`]).
 fn message(e: &dyn fmt::Display) -> String {
-    cut_at(&e.to_string(), QUOTED_MESSAGE).into_owned()
+    quote::cut(&e.to_string(), quote::MESSAGE).into_owned()
 }
 
 /// A value of a file as an error quotes it: its JSON, cut (see [`cut`]).

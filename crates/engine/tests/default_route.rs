@@ -54,7 +54,35 @@ impl Pod {
             }
             ip(&args);
         }
+        // Each address's subnet must be reachable through `ifname` before a route may use a
+        // gateway there: the kernel sees the veth's carrier some time after both ends are up
+        // (linkwatch), and until then IPv6 answers EHOSTUNREACH.
+        for addr in addrs {
+            self.wait_reachable(&another_host(addr), ifname);
+        }
         self
+    }
+
+    /// Waits until `ip route get target oif ifname` finds a route (the kernel's own test of a
+    /// gateway), for at most 30 s.
+    fn wait_reachable(&self, target: &str, ifname: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut args = vec!["-n", self.ns.name(), "route", "get", target, "oif", ifname];
+        if target.contains(':') {
+            args.insert(2, "-6");
+        }
+        loop {
+            let out = Command::new("ip").args(&args).output().unwrap();
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{target} never became reachable through {ifname}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// `ip route add default via gw dev ifname` (what the default network's plugin does).
@@ -112,6 +140,31 @@ impl Pod {
     fn set(&self, ifname: &str, gateways: &[&str]) -> Result<(), RouteError> {
         let gateways: Vec<IpAddr> = gateways.iter().map(|g| g.parse().unwrap()).collect();
         set_default_route(&self.ns.path(), ifname, &gateways)
+    }
+}
+
+/// The first host of `addr`'s subnet (`10.1.0.2/24` → `10.1.0.1`), or the one after it when
+/// that is `addr` itself: an address the subnet's route reaches, and not the pod's own.
+fn another_host(addr: &str) -> String {
+    let (ip, len) = addr
+        .split_once('/')
+        .expect("an address with its prefix length");
+    let len: u32 = len.parse().unwrap();
+    let ip: IpAddr = ip.parse().unwrap();
+    let pick = |ip: u128, bits: u32| {
+        let mask = if len == 0 {
+            0
+        } else {
+            u128::MAX << (bits - len)
+        };
+        let first = (ip & mask) + 1;
+        if first == ip { first + 1 } else { first }
+    };
+    match ip {
+        IpAddr::V4(v4) => {
+            std::net::Ipv4Addr::from(pick(u128::from(u32::from(v4)), 32) as u32).to_string()
+        }
+        IpAddr::V6(v6) => std::net::Ipv6Addr::from(pick(u128::from(v6), 128)).to_string(),
     }
 }
 
@@ -507,6 +560,7 @@ fn the_far_end_of_a_point_to_point_address_is_a_gateway() {
             args.push("nodad");
         }
         ip(&args);
+        pod.wait_reachable(peer.split('/').next().unwrap(), "ptp0");
     }
     pod.set("ptp0", &["10.9.0.1", "2001:db8:9::1"]).unwrap();
     assert_eq!(pod.ip_defaults("-4"), [row("ptp0", "10.9.0.1", 0)]);

@@ -16,9 +16,9 @@ pub const DNS1123_SUBDOMAIN_MAX: usize = 253;
 /// A name that is not valid where it is used.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum NameError {
-    #[error("{name:?} is not a valid DNS-1123 label: {why}")]
+    #[error("{} is not a valid DNS-1123 label: {why}", cni::quote::quoted(.name))]
     Label { name: String, why: &'static str },
-    #[error("{name:?} is not a valid DNS-1123 subdomain: {why}")]
+    #[error("{} is not a valid DNS-1123 subdomain: {why}", cni::quote::quoted(.name))]
     Subdomain { name: String, why: &'static str },
 }
 

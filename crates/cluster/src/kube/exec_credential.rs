@@ -159,7 +159,7 @@ pub fn run(
     credential(&ran.stdout, api_version).map_err(|why| {
         Failed::Broken(format!(
             "{shown}: {}",
-            plumb_engine::text::cut_at(&why, plumb_engine::text::QUOTED_MESSAGE)
+            cni::quote::cut(&why, cni::quote::MESSAGE)
         ))
     })
 }

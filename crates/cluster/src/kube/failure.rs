@@ -248,9 +248,9 @@ pub(super) async fn send_within<T: serde::de::DeserializeOwned>(
             .filter(|s| !s.message.is_empty() || !s.reason.is_empty())
             .unwrap_or_else(|| kube::core::Status::failure(text.trim(), ""));
         status.code = code;
-        status.message = shortened(status.message, MAX_ERROR_MESSAGE);
+        status.message = cni::quote::cut(&status.message, MAX_ERROR_MESSAGE).into_owned();
         // A reason is one word (`NotFound`); an answer's can be anything.
-        status.reason = shortened(status.reason, MAX_ERROR_MESSAGE);
+        status.reason = cni::quote::cut(&status.reason, MAX_ERROR_MESSAGE).into_owned();
         // The priority-and-fairness filter's 429 has the wait in its header only.
         if let Some(seconds) = retry_after {
             match status.details.as_mut() {
@@ -320,17 +320,4 @@ pub(super) async fn read_at_most(
         bytes.extend_from_slice(&data);
     }
     Ok((bytes, true))
-}
-
-/// `text` cut to at most `limit` bytes (on a character boundary), marked when cut.
-pub(super) fn shortened(mut text: String, limit: usize) -> String {
-    if text.len() > limit {
-        let mut end = limit;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    text
 }

@@ -426,7 +426,7 @@ impl Cluster for KubeCluster {
                 format!(
                     "Kubernetes API: {what}: the answer is about a pod with UID {:?}, not this \
                      sandbox's {}",
-                    shortened(uid.to_string(), MAX_NAME),
+                    cni::quote::cut(uid, MAX_NAME),
                     pod.uid
                 ),
             ));

@@ -132,8 +132,8 @@ pub(super) fn answers_for(
         ErrorCode::Io,
         format!(
             "Kubernetes API: {what}: the answer is about {}/{}, not the object asked for",
-            shortened(got.0.to_string(), MAX_NAME),
-            shortened(got.1.to_string(), MAX_NAME)
+            cni::quote::cut(got.0, MAX_NAME),
+            cni::quote::cut(got.1, MAX_NAME)
         ),
     ))
 }

@@ -14,6 +14,8 @@ use super::{Plumb, network_status, who};
 use crate::config::Config;
 use crate::devices::KubeletDevices;
 use crate::log::peak_rss_kib;
+use crate::multus_cache;
+use crate::netns;
 
 /// How long ADD waits for `readinessindicatorfile` (Multus's 45 s), and how often it looks.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(45);
@@ -28,6 +30,7 @@ impl Plumb<'_> {
         let result = self.do_add(&call, args, start.elapsed()).map_err(|e| {
             let e = e.context(who(&call.pod_args, &args.container_id));
             call.log.error(&format!("ADD: {e}"));
+            self.nothing_attached(&call, args);
             e
         });
         if call.log.debug_enabled() {
@@ -40,8 +43,30 @@ impl Plumb<'_> {
         result
     }
 
+    /// After a failed ADD: what its DEL needs to answer without the API server
+    /// ([`crate::execute::Executor::record_nothing_attached`]). Not for a sandbox Multus attached, whose DEL
+    /// works from Multus's scratch cache, which a record beside it would pass over.
+    fn nothing_attached(&self, call: &Call, args: &CmdArgs) {
+        if !matches!(
+            multus_cache::find(&call.config.multus_cni_dir, &args.container_id),
+            Ok(None)
+        ) {
+            return;
+        }
+        if let Err(e) = self
+            .executor(call)
+            .record_nothing_attached(&call.sandbox(args))
+        {
+            call.log.error(&format!(
+                "ADD: {}: recording that nothing is attached: {e}",
+                who(&call.pod_args, &args.container_id)
+            ));
+        }
+    }
+
     fn do_add(&self, call: &Call, args: &CmdArgs, setup: Duration) -> Result<CniResult, CniError> {
         let start = Instant::now();
+        netns::check(&args.netns)?;
         wait_for_readiness(&call.config)?;
         let pod = call.pod(true)?;
         let t_pod = start.elapsed();
@@ -77,11 +102,11 @@ impl Plumb<'_> {
         }
         let t_delegates = start.elapsed();
         if let Some((cluster, pod)) = call.pod_to_write(pod.as_ref()) {
-            // Multus compares the pod's *name* here (docs/multus-behaviour.md §8 quirk 1); plumb the
-            // namespace, as the key's name says.
-            if !call.config.system_namespaces.contains(&pod.namespace)
-                && let Err(e) = cluster.set_network_status(pod, &network_status(&added))
-            {
+            // Every pod, `systemNamespaces` ones too (they only get no `defaultNetworks`):
+            // network-status is how users and controllers learn what a pod has (multi-net spec
+            // §5). Multus writes it for them too, by accident (docs/multus-behaviour.md §8
+            // quirk 1).
+            if let Err(e) = cluster.set_network_status(pod, &network_status(&added)) {
                 // The pod would run without its status: undo, and let the runtime retry.
                 let undo = exec.undo(&sandbox).err();
                 call.warn_pod(Some(pod), "AttachFailed", &e);

@@ -24,6 +24,10 @@ use crate::plan::{self, Devices, Plan, Pod};
 use crate::pod_args::{NETWORKS_ARG, PodArgs};
 use crate::record::RecordStore;
 
+/// The longest event message: the kubelet cuts its own events' messages to 1 KiB too, and an
+/// event is read in `kubectl describe pod`, where its start says what went wrong.
+const MAX_EVENT_MESSAGE: usize = 1 << 10;
+
 /// The most NADs fetched together before planning; any more are asked for as the planner
 /// reaches them.
 const MAX_PREFETCHED_NADS: usize = 32;
@@ -309,9 +313,12 @@ impl<'a> Call<'a> {
         Some((self.cluster()?, pod?))
     }
 
+    /// A Warning event on the pod saying `e`, cut to [`MAX_EVENT_MESSAGE`].
     pub(super) fn warn_pod(&self, pod: Option<&Pod>, reason: &str, e: &CniError) {
+        let message = e.to_string();
+        let message = cni::quote::cut(&message, MAX_EVENT_MESSAGE);
         if let Some((c, p)) = self.pod_to_write(pod)
-            && let Err(ev) = c.event(p, "Warning", reason, &e.to_string())
+            && let Err(ev) = c.event(p, "Warning", reason, &message)
         {
             self.log.error(&format!("could not record an event: {ev}"));
         }

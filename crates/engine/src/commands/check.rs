@@ -5,14 +5,15 @@ use cni::error::CniError;
 use cni::skel::CmdArgs;
 
 use super::{Plumb, who};
+use crate::netns;
 
 impl Plumb<'_> {
     pub(super) fn cmd_check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let call = self.call(args)?;
         let _turn = call.turn(args, &self.caller, "CHECK")?;
         self.not_abandoned(&call, args, "CHECK")?;
-        self.executor(&call)
-            .check(&call.sandbox(args))
+        netns::check(&args.netns)
+            .and_then(|()| self.executor(&call).check(&call.sandbox(args)))
             .map_err(|e| e.context(who(&call.pod_args, &args.container_id)))
     }
 }

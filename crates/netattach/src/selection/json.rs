@@ -56,6 +56,12 @@ fn parse_with(
             ),
         });
     };
+    // serde_json kept the last of two equal keys (`namespace` twice bears on isolation).
+    if let Some(twice) =
+        cni::json_keys::duplicate_key(value.as_bytes(), cni::json_keys::Checked::ListOfObjects)
+    {
+        return Err(SelectionError::Malformed { reason: twice });
+    }
     list.iter()
         .enumerate()
         .map(|(i, v)| element(i + 1, v))

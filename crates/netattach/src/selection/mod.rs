@@ -130,7 +130,7 @@ impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "element {}", self.position)?;
         if let Some(name) = &self.name {
-            write!(f, " ({name:?})")?;
+            write!(f, " ({})", cni::quote::quoted(name))?;
         }
         if let Some(key) = &self.key {
             write!(f, ", key {key:?}")?;

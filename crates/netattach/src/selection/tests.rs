@@ -683,3 +683,19 @@ fn the_default_network_annotation_is_read_without_the_secondary_attachment_rules
     );
     assert!(parse_default_network(" ").unwrap().is_empty());
 }
+
+#[test]
+fn a_key_given_twice_in_an_element_is_refused_naming_it() {
+    // `namespace` twice bears on isolation: the last one won silently.
+    let e =
+        parse(r#"[{"name": "a"}, {"name": "b", "namespace": "x", "namespace": "y"}]"#).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("element 2: key \"namespace\" is given twice"),
+        "{text}"
+    );
+    let e = parse(r#"[{"name": "a", "Name": "b"}]"#).unwrap_err();
+    assert!(e.to_string().contains("\"name\" and \"Name\""), "{e}");
+    // The same key in two elements is no duplicate.
+    assert_eq!(parse(r#"[{"name": "a"}, {"name": "b"}]"#).unwrap().len(), 2);
+}

@@ -6,6 +6,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
+use cni::quote;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
@@ -25,7 +26,7 @@ impl FromStr for IpRequest {
         };
         let addr: IpAddr = addr_s
             .parse()
-            .map_err(|_| format!("{s:?} is not an IPv4 or IPv6 address"))?;
+            .map_err(|_| format!("{} is not an IPv4 or IPv6 address", quote::quoted(s)))?;
         let prefix = match prefix_s {
             None => None,
             Some(p) => {
@@ -36,7 +37,11 @@ impl FromStr for IpRequest {
                     .flatten()
                     .filter(|n| *n <= max)
                     .ok_or_else(|| {
-                        format!("{s:?}: {p:?} is not a prefix length between 0 and {max}")
+                        format!(
+                            "{}: {} is not a prefix length between 0 and {max}",
+                            quote::quoted(s),
+                            quote::quoted(p)
+                        )
                     })?;
                 Some(n)
             }
@@ -81,7 +86,12 @@ fn hex_byte(pair: &[u8]) -> Option<u8> {
 impl<const N: usize> FromStr for HwAddr<N> {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("{s:?} is not a valid {N}-byte hardware address");
+        let bad = || {
+            format!(
+                "{} is not a valid {N}-byte hardware address",
+                quote::quoted(s)
+            )
+        };
         let b = s.as_bytes();
         let mut out = [0u8; N];
         let sep = b.get(2).copied();
@@ -242,7 +252,7 @@ pub fn default_route(v: &Value) -> Result<Vec<IpAddr>, String> {
             string(e)
                 .and_then(|s| {
                     s.parse::<IpAddr>()
-                        .map_err(|_| format!("{s:?} is not an IPv4 or IPv6 address"))
+                        .map_err(|_| format!("{} is not an IPv4 or IPv6 address", quote::quoted(s)))
                 })
                 .map_err(|why| format!("entry {}: {why}", i + 1))
         })
@@ -259,15 +269,19 @@ pub fn interface(v: &Value) -> Result<String, String> {
     let s = string(v)?;
     match cni::validate::interface_name_problem(s) {
         None if s.contains('%') => Err(format!(
-            "{s:?} is not a valid interface name: the kernel reads a name with '%' as a \
-             template and would pick another"
+            "{} is not a valid interface name: the kernel reads a name with '%' as a \
+             template and would pick another",
+            quote::quoted(s)
         )),
         None if s == "all" || s == "default" => Err(format!(
             "{s:?} is not a valid interface name: the kernel reserves it (its settings are \
              /proc/sys/net/*/conf/{s}) and refuses a link of that name"
         )),
         None => Ok(s.to_string()),
-        Some(why) => Err(format!("{s:?} is not a valid interface name: {why}")),
+        Some(why) => Err(format!(
+            "{} is not a valid interface name: {why}",
+            quote::quoted(s)
+        )),
     }
 }
 
@@ -336,7 +350,8 @@ fn port_mapping(v: &Value) -> Result<PortMapping, String> {
                 "sctp" => Protocol::Sctp,
                 _ => {
                     return Err(format!(
-                        "\"protocol\": {s:?} is not one of \"TCP\", \"UDP\" or \"SCTP\""
+                        "\"protocol\": {} is not one of \"TCP\", \"UDP\" or \"SCTP\"",
+                        quote::quoted(s)
                     ));
                 }
             }
@@ -349,7 +364,7 @@ fn port_mapping(v: &Value) -> Result<PortMapping, String> {
             string(h)
                 .and_then(|s| {
                     s.parse::<IpAddr>()
-                        .map_err(|_| format!("{s:?} is not an IPv4 or IPv6 address"))
+                        .map_err(|_| format!("{} is not an IPv4 or IPv6 address", quote::quoted(s)))
                 })
                 .map_err(|why| format!("\"hostIP\": {why}"))?,
         ),

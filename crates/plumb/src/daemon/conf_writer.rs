@@ -356,11 +356,18 @@ fn template_object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
     let keys = match serde_json::from_slice(bytes) {
         Ok(Value::Object(m)) => m,
         Ok(other) => {
-            let other = plumb_engine::text::cut_at(&other.to_string(), 100).into_owned();
+            let other = cni::quote::cut(&other.to_string(), cni::quote::VALUE).into_owned();
             return Err(format!("not a JSON object but {other}"));
         }
         Err(e) => return Err(format!("invalid JSON: {e}")),
     };
+    // As the plugin reads it (the engine's `Config::parse`): a key given twice is refused.
+    let checked = cni::json_keys::Checked::Object {
+        nested: &["capabilities", "runtimeConfig"],
+    };
+    if let Some(twice) = cni::json_keys::duplicate_key(bytes, checked) {
+        return Err(twice);
+    }
     let given: Vec<String> = keys.keys().cloned().collect();
     // The warnings (a key read in another case) are not said: the file is written with the
     // canonical names, so the plugin reads it without them.
@@ -836,6 +843,17 @@ mod tests {
         std::fs::write(&t, r#"{"capabilities": {}, "Capabilities": {}}"#).unwrap();
         let e = ConfWriter::new(&t, d.path().into(), None, Path::new("/s")).unwrap_err();
         assert!(e.msg.contains("are the same key"), "{e}");
+        // The same key twice: serde_json kept the last silently, and isolation was off.
+        std::fs::write(
+            &t,
+            r#"{"namespaceIsolation": true, "logLevel": "error", "namespaceIsolation": false}"#,
+        )
+        .unwrap();
+        let e = ConfWriter::new(&t, d.path().into(), None, Path::new("/s")).unwrap_err();
+        assert!(
+            e.msg.contains("key \"namespaceIsolation\" is given twice"),
+            "{e}"
+        );
 
         let (mut w, _d) = writer(
             json!({"Capabilities": {"portMappings": false}, "LogLevel": "error"}),

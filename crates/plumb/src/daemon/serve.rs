@@ -255,7 +255,7 @@ pub(super) async fn answer(
 /// daemon's version whatever the plugin's.
 pub(super) fn plugin_version(request: &Request<Incoming>, shared: &Shared) {
     let theirs = match request.headers().get(shim::VERSION_HEADER) {
-        Some(v) => plumb_engine::text::cut_at(
+        Some(v) => cni::quote::cut(
             &plumb_engine::log::one_line(&String::from_utf8_lossy(v.as_bytes())),
             100,
         )

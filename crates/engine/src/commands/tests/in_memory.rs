@@ -65,13 +65,25 @@ impl Node {
     /// Runs `command` for the sandbox `container_id` of pod `default/pod`, as the runtime
     /// would (the in-memory cluster standing for the API server).
     fn call(&self, command: &str, container_id: &str, pod: &str) -> Result<Value, cni::CniError> {
-        let mut args = request(&self.config, container_id, "/proc/self/ns/net");
+        self.call_in(command, container_id, pod, "/proc/self/ns/net")
+    }
+
+    /// [`Node::call`] with `CNI_NETNS` `netns`.
+    fn call_in(
+        &self,
+        command: &str,
+        container_id: &str,
+        pod: &str,
+        netns: &str,
+    ) -> Result<Value, cni::CniError> {
+        let mut args = request(&self.config, container_id, netns);
         args.args = format!("K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};K8S_POD_UID=uid-{pod}");
         let connect = InMemory(self.cluster.clone());
         let plumb = plumb(&connect);
         match command {
             "ADD" => plumb.add(&args).map(|r| r.to_value().unwrap()),
             "DEL" => plumb.del(&args).map(|()| Value::Null),
+            "CHECK" => plumb.check(&args).map(|()| Value::Null),
             _ => panic!("{command}"),
         }
     }
@@ -242,4 +254,117 @@ fn add_of_a_pod_selecting_a_missing_nad_attaches_nothing_and_says_why_on_the_pod
         ("default/p", "Warning", "NoNetworkFound")
     );
     assert!(message.contains("net-b"), "{message}");
+}
+
+#[test]
+fn add_and_check_refuse_a_netns_that_is_no_network_namespace_before_anything_runs() {
+    let d = tempfile::tempdir().unwrap();
+    let n = node(d.path());
+    n.put_pod("p");
+    let plain = d.path().join("plain");
+    std::fs::write(&plain, "").unwrap();
+    let fifo = d.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let gone = d.path().join("gone");
+    for netns in [
+        &plain,
+        &fifo,
+        &gone,
+        std::path::Path::new("/proc/self/ns/uts"),
+    ] {
+        let netns = netns.to_str().unwrap();
+        for command in ["ADD", "CHECK"] {
+            let e = n.call_in(command, "c1", "p", netns).unwrap_err();
+            assert_eq!(e.code, 8, "{command} {netns}: {e}");
+            assert!(e.msg.contains(netns), "{e}");
+            assert!(e.msg.contains("not a network namespace"), "{e}");
+        }
+    }
+    // Nothing ran, nothing was asked of the API; the record says that nothing is attached.
+    assert!(n.default.calls().is_empty());
+    assert!(n.cluster.requests().is_empty());
+    let record = n.records.load("c1").unwrap().unwrap();
+    assert!(record.attachments.is_empty(), "{record:?}");
+}
+
+#[test]
+fn del_after_an_add_the_api_server_failed_answers_at_once_without_asking_it() {
+    let d = tempfile::tempdir().unwrap();
+    let n = node(d.path());
+    n.put_pod("p");
+    n.cluster.set_down(true);
+    let e = n.call("ADD", "c1", "p").unwrap_err();
+    assert_eq!(e.code, 11, "{e}");
+    let asked = n.cluster.requests().len();
+    // The ADD leaves what its DEL needs: a record of no attachment.
+    let record = n.records.load("c1").unwrap().unwrap();
+    assert!(record.attachments.is_empty(), "{record:?}");
+    n.call("DEL", "c1", "p").unwrap();
+    assert_eq!(
+        n.cluster.requests().len(),
+        asked,
+        "{:?}",
+        n.cluster.requests()
+    );
+    assert!(n.default.calls_of("DEL").is_empty());
+    assert!(n.records.load("c1").unwrap().is_none());
+    // With no DEL, GC removes it.
+    n.call("ADD", "c2", "p").unwrap_err();
+    n.gc(&[]).unwrap();
+    assert!(n.records.load("c2").unwrap().is_none());
+    assert!(n.default.calls_of("DEL").is_empty());
+    // A failed ADD never replaces the record of what an earlier ADD attached.
+    n.cluster.set_down(false);
+    n.call("ADD", "c3", "p").unwrap();
+    n.cluster.set_down(true);
+    n.call("ADD", "c3", "p").unwrap_err();
+    assert_eq!(n.records.load("c3").unwrap().unwrap().attachments.len(), 2);
+}
+
+#[test]
+fn huge_text_from_outside_makes_neither_a_huge_error_nor_a_huge_event_or_log_line() {
+    let d = tempfile::tempdir().unwrap();
+    let mut n = node(d.path());
+    let log = d.path().join("plumb.log");
+    n.config["logFile"] = json!(log);
+    n.config["logLevel"] = json!("verbose");
+    n.cluster.put_nad(json!({
+        "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+        "metadata": {"namespace": "default", "name": "net-big"},
+        "spec": {"config": json!({"cniVersion": "1.1.0", "name": "net-big",
+                                   "type": "t".repeat(200_000)}).to_string()}
+    }));
+    for (pod, annotation) in [
+        // A 1 MiB name after a valid one: it was quoted twice in the error.
+        ("a", format!("net-a,{}", "x".repeat(1 << 20))),
+        // 200 KB, under the API server's 256 KiB limit for annotations.
+        ("b", format!("net-a,{}", "y,".repeat(100_000))),
+        // A NAD whose plugin type is 200,000 characters.
+        ("c", "net-big".to_string()),
+    ] {
+        n.cluster.put_pod(Pod {
+            namespace: "default".into(),
+            name: pod.into(),
+            uid: format!("uid-{pod}"),
+            annotations: [(netattach::NETWORKS_ANNOTATION.into(), annotation)].into(),
+        });
+        let e = n.call("ADD", &format!("c-{pod}"), pod).unwrap_err();
+        let answer = e.to_json();
+        assert!(answer.len() < 9 << 10, "{pod}: {} bytes", answer.len());
+    }
+    assert!(n.default.calls_of("ADD").is_empty());
+    let events = n.cluster.events();
+    assert_eq!(events.len(), 3, "{events:?}");
+    for (_, _, _, message) in &events {
+        assert!(
+            message.len() < 2 << 10,
+            "an event of {} bytes",
+            message.len()
+        );
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.lines().count() >= 3, "{text}");
+    for line in text.lines() {
+        assert!(line.len() < 9 << 10, "a log line of {} bytes", line.len());
+    }
 }

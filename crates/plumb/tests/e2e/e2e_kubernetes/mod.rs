@@ -328,14 +328,27 @@ fn pod_annotations_from_the_runtime_spare_the_pod_get() {
 }
 
 #[test]
-fn system_namespace_pods_get_no_status_write() {
+fn system_namespace_pods_get_their_network_status_like_any_pod() {
+    // multi-net spec §5: network-status is how users and controllers learn what a pod has.
+    // `systemNamespaces` only keeps `defaultNetworks` off these pods.
     let c = Cluster::new(214);
     let uid = c.pod("kube-system", "sys", json!({}));
     let ns = Netns::new();
     let pod = ("kube-system", "sys", uid.as_str());
     ok(&c.call("ADD", &ns, pod, "csys"));
-    assert!(c.api.requests().iter().all(|r| r.method != "PATCH"));
-    assert!(c.status_of("kube-system", "sys").is_none());
+    let patches = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH")
+        .count();
+    assert_eq!(patches, 1);
+    let status = c
+        .status_of("kube-system", "sys")
+        .expect("network-status written");
+    assert_eq!(status.len(), 1, "{status:?}");
+    assert_eq!(status[0]["interface"], "eth0");
+    assert_eq!(status[0]["default"], true);
     ok(&c.call("DEL", &ns, pod, "csys"));
     c.assert_nothing_left(&ns, "csys");
 }
