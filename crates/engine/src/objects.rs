@@ -56,11 +56,8 @@ impl fmt::Display for FileObject {
     }
 }
 
-/// The most of a file's text or value an error quotes. A document can be megabytes (a JSON
-/// file can have 8 MiB), and every problem line, and an ADD's error from a file in `plumbNadDir`,
-/// quoted all of it: a wrong value is recognised by its start.
-
-/// `text`, cut after [`quote::VALUE`] bytes, saying how long it was.
+/// `text`, cut after [`quote::VALUE`] bytes, saying how long it was: a document can be megabytes
+/// (a JSON file can have 8 MiB), and a wrong value is recognised by its start.
 fn cut(text: &str) -> std::borrow::Cow<'_, str> {
     quote::cut(text, quote::VALUE)
 }

@@ -157,7 +157,9 @@ fn add_of_a_pod_the_api_server_does_not_have_attaches_nothing() {
     assert!(e.msg.contains("pod default/gone"), "{e}");
     assert!(n.default.calls_of("ADD").is_empty());
     assert!(n.cluster.status_writes().is_empty());
-    assert!(n.records.load("c1").unwrap().is_none());
+    // What its DEL needs: nothing is attached.
+    let record = n.records.load("c1").unwrap().unwrap();
+    assert!(record.attachments.is_empty(), "{record:?}");
 }
 
 #[test]
