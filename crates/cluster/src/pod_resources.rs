@@ -271,7 +271,13 @@ impl KubeletPodResources {
 }
 
 impl PodResources for KubeletPodResources {
-    fn pod_devices(&self, namespace: &str, name: &str) -> Result<Option<PodDevices>, CniError> {
+    /// Asked by name: the API does not take a UID.
+    fn pod_devices(
+        &self,
+        namespace: &str,
+        name: &str,
+        _uid: &str,
+    ) -> Result<Option<PodDevices>, CniError> {
         self.block_on(self.query(namespace, name))
     }
 

@@ -83,14 +83,14 @@ fn get_gives_every_containers_devices_per_resource_sorted() {
     let k = kubelet();
     let client = KubeletPodResources::new(&k.socket);
     assert_eq!(
-        client.pod_devices("default", "pod-a").unwrap(),
+        client.pod_devices("default", "pod-a", "").unwrap(),
         Some(pod_a_devices())
     );
     assert_eq!(k.stand_in.requests(), ["Get default/pod-a"]);
 
     // The same pod name in another namespace is another pod.
     assert_eq!(
-        client.pod_devices("other", "pod-a").unwrap(),
+        client.pod_devices("other", "pod-a", "").unwrap(),
         Some(PodDevices::from([(
             SRIOV.to_owned(),
             vec!["0000:81:00.1".to_owned()]
@@ -104,7 +104,7 @@ fn list_is_asked_when_the_kubelet_has_no_get() {
     k.stand_in.set_get_mode(GetMode::Unimplemented);
     let client = KubeletPodResources::new(&k.socket);
     assert_eq!(
-        client.pod_devices("default", "pod-a").unwrap(),
+        client.pod_devices("default", "pod-a", "").unwrap(),
         Some(pod_a_devices())
     );
     assert_eq!(k.stand_in.requests(), ["Get default/pod-a", "List"]);
@@ -116,25 +116,25 @@ fn list_is_asked_when_get_is_disabled_by_the_feature_gate() {
     k.stand_in.set_get_mode(GetMode::Disabled);
     let client = KubeletPodResources::new(&k.socket);
     assert_eq!(
-        client.pod_devices("default", "pod-a").unwrap(),
+        client.pod_devices("default", "pod-a", "").unwrap(),
         Some(pod_a_devices())
     );
     assert_eq!(k.stand_in.requests(), ["Get default/pod-a", "List"]);
 
     // A pod List does not show is unknown.
-    assert_eq!(client.pod_devices("default", "ghost").unwrap(), None);
+    assert_eq!(client.pod_devices("default", "ghost", "").unwrap(), None);
 }
 
 #[test]
 fn a_pod_the_kubelet_does_not_know_is_none() {
     let k = kubelet();
     let client = KubeletPodResources::new(&k.socket);
-    assert_eq!(client.pod_devices("default", "ghost").unwrap(), None);
+    assert_eq!(client.pod_devices("default", "ghost", "").unwrap(), None);
     // Get's "not found" is the answer: List is not asked as well.
     assert_eq!(k.stand_in.requests(), ["Get default/ghost"]);
 
     k.stand_in.remove_pod("default", "pod-a");
-    assert_eq!(client.pod_devices("default", "pod-a").unwrap(), None);
+    assert_eq!(client.pod_devices("default", "pod-a", "").unwrap(), None);
 }
 
 #[test]
@@ -143,7 +143,7 @@ fn a_pod_without_devices_has_an_empty_map() {
     k.stand_in.set_pod("default", "plain", vec![]);
     let client = KubeletPodResources::new(&k.socket);
     assert_eq!(
-        client.pod_devices("default", "plain").unwrap(),
+        client.pod_devices("default", "plain", "").unwrap(),
         Some(PodDevices::new())
     );
 }
@@ -163,7 +163,7 @@ fn replies_beyond_grpcs_default_4_mib_are_read_up_to_16_mib() {
         vec![ContainerDevices::new("c", SRIOV, &refs)],
     );
     let client = KubeletPodResources::new(&k.socket);
-    let devices = client.pod_devices("default", "big").unwrap().unwrap();
+    let devices = client.pod_devices("default", "big", "").unwrap().unwrap();
     assert_eq!(devices[SRIOV].len(), 50_000);
 
     // About 18.5 MiB: refused with a clear error, not read.
@@ -174,7 +174,7 @@ fn replies_beyond_grpcs_default_4_mib_are_read_up_to_16_mib() {
         "huge",
         vec![ContainerDevices::new("c", SRIOV, &refs)],
     );
-    let e = error(client.pod_devices("default", "huge"));
+    let e = error(client.pod_devices("default", "huge", ""));
     assert_names_socket(&e, &k.socket);
     assert!(e.msg.contains("Get pod default/huge failed"), "{e}");
     assert!(e.msg.contains("message length too large"), "{e}");
@@ -184,7 +184,7 @@ fn replies_beyond_grpcs_default_4_mib_are_read_up_to_16_mib() {
 fn a_missing_socket_is_named_with_what_to_check() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
-    let e = error(KubeletPodResources::new(&socket).pod_devices("default", "pod-a"));
+    let e = error(KubeletPodResources::new(&socket).pod_devices("default", "pod-a", ""));
     assert_eq!(
         e.msg,
         format!(
@@ -203,7 +203,7 @@ fn a_socket_nobody_listens_on_is_connection_refused() {
     // A socket file left by a kubelet that has died.
     let socket = dir.path().join("kubelet.sock");
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
-    let e = error(KubeletPodResources::new(&socket).pod_devices("default", "pod-a"));
+    let e = error(KubeletPodResources::new(&socket).pod_devices("default", "pod-a", ""));
     assert_names_socket(&e, &socket);
     assert!(e.msg.contains("connection refused"), "{e}");
     assert_eq!(e.kind(), ErrorCode::TryAgainLater);
@@ -221,7 +221,7 @@ fn a_kubelet_whose_connection_backlog_is_full_is_worth_trying_again() {
     listener.bind(&socket).unwrap();
     let _listener = listener.listen(0).unwrap();
     let _waiting = std::os::unix::net::UnixStream::connect(&socket).unwrap();
-    let e = error(KubeletPodResources::new(&socket).pod_devices("default", "pod-a"));
+    let e = error(KubeletPodResources::new(&socket).pod_devices("default", "pod-a", ""));
     assert_names_socket(&e, &socket);
     assert!(e.msg.contains("backlog is full"), "{e}");
     // The kubelet catches up: the runtime's retry of the sandbox is the right answer.
@@ -233,7 +233,7 @@ fn a_plain_file_where_the_socket_should_be_is_named_as_such() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("kubelet.sock");
     std::fs::write(&file, "").unwrap();
-    let e = error(KubeletPodResources::new(&file).pod_devices("default", "pod-a"));
+    let e = error(KubeletPodResources::new(&file).pod_devices("default", "pod-a", ""));
     assert_eq!(
         e.msg,
         format!(
@@ -251,7 +251,7 @@ fn a_kubelet_that_stops_between_calls_gives_an_error_then_works_again() {
     let k = kubelet();
     let client = KubeletPodResources::new(&k.socket);
     assert_eq!(
-        client.pod_devices("default", "pod-a").unwrap(),
+        client.pod_devices("default", "pod-a", "").unwrap(),
         Some(pod_a_devices())
     );
 
@@ -261,7 +261,7 @@ fn a_kubelet_that_stops_between_calls_gives_an_error_then_works_again() {
         stand_in,
     } = k;
     stand_in.stop();
-    let e = error(client.pod_devices("default", "pod-a"));
+    let e = error(client.pod_devices("default", "pod-a", ""));
     assert_names_socket(&e, &socket);
     assert_eq!(e.kind(), ErrorCode::TryAgainLater);
 
@@ -273,7 +273,7 @@ fn a_kubelet_that_stops_between_calls_gives_an_error_then_works_again() {
         vec![ContainerDevices::new("app", SRIOV, &["0000:03:00.2"])],
     );
     assert_eq!(
-        client.pod_devices("default", "pod-a").unwrap(),
+        client.pod_devices("default", "pod-a", "").unwrap(),
         Some(PodDevices::from([(
             SRIOV.to_owned(),
             vec!["0000:03:00.2".to_owned()]
@@ -298,7 +298,7 @@ fn a_kubelet_that_hangs_up_mid_call_gives_an_error() {
             let _ = conn.read(&mut buf);
         }
     });
-    let e = error(KubeletPodResources::new(&socket).pod_devices("default", "pod-a"));
+    let e = error(KubeletPodResources::new(&socket).pod_devices("default", "pod-a", ""));
     assert_names_socket(&e, &socket);
     assert_eq!(e.kind(), ErrorCode::TryAgainLater, "{e}");
     // Unblock the server thread if the client connected only once.
@@ -314,7 +314,7 @@ fn a_kubelet_that_never_answers_gives_a_timeout_error() {
     // Listening, but never accepting: connecting works (the kernel queues the connection) and
     // then nothing answers, as with a kubelet stuck under load.
     let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let e = error(KubeletPodResources::new(&socket).pod_devices("default", "pod-a"));
+    let e = error(KubeletPodResources::new(&socket).pod_devices("default", "pod-a", ""));
     assert_names_socket(&e, &socket);
     assert!(
         e.msg

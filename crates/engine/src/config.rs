@@ -66,6 +66,10 @@ pub struct Config {
     /// `plumbPodResourcesSocket`: the kubelet's PodResources API, asked which devices of a
     /// NAD's `resourceName` the pod was given (docs/multus-behaviour.md §2.9).
     pub pod_resources_socket: PathBuf,
+    /// `plumbKubeletRootDir`: the kubelet's root directory, whose device-manager checkpoint
+    /// gives the pod's devices when the PodResources socket does not exist
+    /// (`kubelet_checkpoint`).
+    pub kubelet_root_dir: PathBuf,
     /// `plumbDeviceInfoDir`: the base of the device-info files (device-info spec §4), with
     /// `dp/` and `cni/` under it.
     pub device_info_dir: PathBuf,
@@ -226,6 +230,7 @@ const KNOWN: &[&str] = &[
     "plumbNadDir",
     "plumbDaemonSocket",
     "plumbPodResourcesSocket",
+    "plumbKubeletRootDir",
     "plumbDeviceInfoDir",
 ];
 
@@ -447,6 +452,7 @@ impl Config {
             attachment_events: r.bool("plumbAttachmentEvents", false)?,
             nad_dir: r.string("plumbNadDir")?.map(PathBuf::from),
             pod_resources_socket: r.path("plumbPodResourcesSocket", paths::POD_RESOURCES_SOCKET)?,
+            kubelet_root_dir: r.path("plumbKubeletRootDir", paths::KUBELET_ROOT_DIR)?,
             device_info_dir: r.path(
                 "plumbDeviceInfoDir",
                 netattach::device_info_files::DEFAULT_BASE_DIR,

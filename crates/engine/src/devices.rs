@@ -38,7 +38,10 @@ impl Devices for KubeletDevices<'_> {
     fn allocated(&self, pod: &Pod, resource: &str) -> Result<Option<Vec<String>>, CniError> {
         let all = self
             .pod_devices
-            .get_or_init(|| self.kubelet.pod_devices(&pod.namespace, &pod.name))
+            .get_or_init(|| {
+                self.kubelet
+                    .pod_devices(&pod.namespace, &pod.name, &pod.uid)
+            })
             .clone()?
             .ok_or_else(|| {
                 // The kubelet admits a pod before it asks for the pod's sandbox, so not
@@ -136,7 +139,7 @@ mod tests {
     }
 
     impl PodResources for Kubelet {
-        fn pod_devices(&self, _: &str, _: &str) -> Result<Option<PodDevices>, CniError> {
+        fn pod_devices(&self, _: &str, _: &str, _: &str) -> Result<Option<PodDevices>, CniError> {
             let (p, d) = self.calls.get();
             self.calls.set((p + 1, d));
             Ok(self.pod.clone())

@@ -134,7 +134,7 @@ impl Cluster for InMemoryCluster {
 pub struct NoDevices;
 
 impl PodResources for NoDevices {
-    fn pod_devices(&self, _: &str, _: &str) -> Result<Option<PodDevices>, CniError> {
+    fn pod_devices(&self, _: &str, _: &str, _: &str) -> Result<Option<PodDevices>, CniError> {
         Ok(Some(PodDevices::new()))
     }
 

@@ -15,9 +15,15 @@ pub type PodDevices = std::collections::BTreeMap<String, Vec<String>>;
 
 /// The kubelet's PodResources API as plumb uses it.
 pub trait PodResources {
-    /// The devices allocated to pod `namespace/name`; `None` when the kubelet does not know the
-    /// pod.
-    fn pod_devices(&self, namespace: &str, name: &str) -> Result<Option<PodDevices>, CniError>;
+    /// The devices allocated to pod `namespace/name`, whose UID is `uid` (empty when the call
+    /// does not know it); `None` when the kubelet does not know the pod. The API asks by name;
+    /// the device manager's checkpoint (`kubelet_checkpoint`) knows pods by UID only.
+    fn pod_devices(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<Option<PodDevices>, CniError>;
 
     /// The resources the node's device plugins offer (`GetAllocatableResources`); `None` when
     /// the kubelet cannot say (it lacks the method). A resource a NAD names that is not among

@@ -16,6 +16,8 @@
 //! - [`devices`]: the devices of device-backed networks and their device-info files.
 //! - [`routes`]: `default-route` (multi-net spec §4.1.2.1.9) in the pod's netns, over netlink.
 //! - [`cluster`], [`kubelet`]: the seams to the Kubernetes API and the kubelet.
+//! - [`kubelet_checkpoint`]: the kubelet's device-manager checkpoint, read for the pod's devices
+//!   when the PodResources socket does not exist.
 //! - [`objects`]: Kubernetes objects (NADs, pods) from YAML/JSON files, for use without a cluster.
 //! - [`yaml`]: YAML from outside (object files, exec credential answers) read with bounds.
 //! - [`log`]: the log, Multus's line format.
@@ -28,6 +30,7 @@ pub mod container_lock;
 pub mod devices;
 pub mod execute;
 pub mod kubelet;
+pub mod kubelet_checkpoint;
 pub mod log;
 pub mod multus_cache;
 pub mod netns;

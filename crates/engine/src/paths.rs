@@ -15,6 +15,9 @@ pub const STATE_DIR: &str = "/var/lib/plumb";
 /// Where the kubelet serves the PodResources API (`plumbPodResourcesSocket`):
 /// `pod-resources/kubelet.sock` in its `--root-dir`, which is `/var/lib/kubelet` unless changed.
 pub const POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+/// The kubelet's `--root-dir` (`plumbKubeletRootDir`), where its device manager keeps its
+/// checkpoint, read when the PodResources socket does not exist.
+pub const KUBELET_ROOT_DIR: &str = "/var/lib/kubelet";
 /// Where `plumb daemon` listens (`plumbDaemonSocket`, `--socket`).
 pub const DAEMON_SOCKET: &str = "/run/plumb/plumb.sock";
 /// plumb's configuration as `plumb attach`, `detach`, `plan` and `status` read it by default.

@@ -18,6 +18,7 @@ use crate::cluster::{API_BUDGET, Cluster, Connect, annotations_from};
 use crate::config::Config;
 use crate::execute::Sandbox;
 use crate::kubelet::PodResources;
+use crate::kubelet_checkpoint::OrCheckpoint;
 use crate::log::Log;
 use crate::networks::{NodeNetworks, PrefetchedNads};
 use crate::plan::{self, Devices, Plan, Pod};
@@ -39,7 +40,8 @@ pub(super) struct Call<'a> {
     pub(super) cni: CniConfig,
     pub(super) records: RecordStore,
     pub(super) device_info: DeviceInfoDirs,
-    /// The kubelet, asked only when a network needs a device (no connection before that).
+    /// The kubelet, asked only when a network needs a device (no connection before that): its
+    /// PodResources API, or its device-manager checkpoint when the API's socket does not exist.
     pub(super) kubelet: Box<dyn PodResources>,
     pub(super) cni_args: Vec<(String, String)>,
     pub(super) pod_args: Option<PodArgs>,
@@ -95,7 +97,12 @@ impl<'a> Call<'a> {
         Ok(Call {
             records: RecordStore::new(config.state_dir.clone()),
             device_info: DeviceInfoDirs::new(config.device_info_dir.clone()),
-            kubelet: connect.kubelet(&config.pod_resources_socket),
+            kubelet: Box::new(OrCheckpoint::new(
+                connect.kubelet(&config.pod_resources_socket),
+                &config.pod_resources_socket,
+                &config.kubelet_root_dir,
+                Arc::clone(&log),
+            )),
             config,
             log,
             cni,

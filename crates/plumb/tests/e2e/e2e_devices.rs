@@ -105,6 +105,7 @@ impl DeviceNode {
             // The fake delegates first, then the reference plugins (CNI_PATH).
             "binDir": plugins,
             "plumbPodResourcesSocket": socket,
+            "plumbKubeletRootDir": node.path("kubelet"),
             "plumbDeviceInfoDir": node.path("devinfo"),
         }));
         DeviceNode {

@@ -369,4 +369,102 @@ fn huge_text_from_outside_makes_neither_a_huge_error_nor_a_huge_event_or_log_lin
     for line in text.lines() {
         assert!(line.len() < 9 << 10, "a log line of {} bytes", line.len());
     }
+
+/// A node (`node`) whose pod `default/p` (UID `uid-p`) selects `net-vf` twice, a NAD of the
+/// fake plugin `fake-a` backed by the device resource `intel.com/sriov`; the kubelet's root
+/// directory `dir/kubelet` in plumb's configuration, without its PodResources socket, and
+/// plumb's verbose log in `dir/plumb.log`. The socket's and the checkpoint's paths.
+fn device_node(dir: &std::path::Path) -> (Node, std::path::PathBuf, std::path::PathBuf) {
+    let mut n = node(dir);
+    let kubelet = dir.join("kubelet");
+    let socket = kubelet.join("pod-resources/kubelet.sock");
+    n.config["plumbKubeletRootDir"] = json!(kubelet);
+    n.config["plumbPodResourcesSocket"] = json!(socket);
+    n.config["logFile"] = json!(dir.join("plumb.log"));
+    n.config["logLevel"] = json!("verbose");
+    n.cluster.put_nad(json!({
+        "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+        "metadata": {"namespace": "default", "name": "net-vf",
+                     "annotations": {"k8s.v1.cni.cncf.io/resourceName": "intel.com/sriov"}},
+        "spec": {"config": r#"{"cniVersion": "1.1.0", "name": "net-vf", "type": "fake-a"}"#}
+    }));
+    n.cluster.put_pod(Pod {
+        namespace: "default".into(),
+        name: "p".into(),
+        uid: "uid-p".into(),
+        annotations: [(
+            netattach::NETWORKS_ANNOTATION.into(),
+            "net-vf,net-vf".into(),
+        )]
+        .into(),
+    });
+    (
+        n,
+        socket,
+        kubelet.join("device-plugins/kubelet_internal_checkpoint"),
+    )
+}
+
+/// The `deviceID` each ADD of `plugin` was given, in order.
+fn device_ids(plugin: &FakePlugin) -> Vec<Value> {
+    plugin
+        .calls_of("ADD")
+        .iter()
+        .map(|c| c.stdin_json()["deviceID"].clone())
+        .collect()
+}
+
+#[test]
+fn without_the_pod_resources_socket_add_takes_the_devices_from_the_kubelets_checkpoint() {
+    let d = tempfile::tempdir().unwrap();
+    let (n, _socket, checkpoint) = device_node(d.path());
+    std::fs::create_dir_all(checkpoint.parent().unwrap()).unwrap();
+    // As the kubelet writes it: one entry per container and resource, by pod UID.
+    std::fs::write(
+        &checkpoint,
+        json!({"Data": {"PodDeviceEntries": [
+            {"PodUID": "uid-other", "ContainerName": "c", "ResourceName": "intel.com/sriov",
+             "DeviceIDs": {"0": ["0000:03:02.0"]}, "AllocResp": "Cg=="},
+            {"PodUID": "uid-p", "ContainerName": "a", "ResourceName": "intel.com/sriov",
+             "DeviceIDs": {"0": ["0000:03:02.2"]}, "AllocResp": "Cg=="},
+            {"PodUID": "uid-p", "ContainerName": "b", "ResourceName": "intel.com/sriov",
+             "DeviceIDs": {"-1": ["0000:03:02.1"]}, "AllocResp": "Cg=="}],
+          "RegisteredDevices": {"intel.com/sriov": ["0000:03:02.0", "0000:03:02.1",
+                                                    "0000:03:02.2"]}},
+         "Checksum": 3_141_592_653_u64})
+        .to_string(),
+    )
+    .unwrap();
+    n.call("ADD", "c1", "p").unwrap();
+    assert_eq!(ifnames(&n.net_a, "ADD", "c1"), ["net1", "net2"]);
+    assert_eq!(device_ids(&n.net_a), ["0000:03:02.1", "0000:03:02.2"]);
+    let log = std::fs::read_to_string(d.path().join("plumb.log")).unwrap();
+    assert!(
+        log.contains(&format!(
+            "devices of pod default/p (UID uid-p): from the kubelet's device-manager checkpoint {}",
+            checkpoint.display()
+        )),
+        "{log}"
+    );
+}
+
+#[test]
+fn with_the_pod_resources_socket_the_checkpoint_is_not_read() {
+    let d = tempfile::tempdir().unwrap();
+    let (n, socket, checkpoint) = device_node(d.path());
+    for (path, content) in [(&socket, ""), (&checkpoint, "not what the kubelet writes")] {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+    // The in-memory kubelet's API: no devices, and no device plugin offers the resource.
+    n.call("ADD", "c1", "p").unwrap();
+    assert_eq!(device_ids(&n.net_a), [Value::Null, Value::Null]);
+    let log = std::fs::read_to_string(d.path().join("plumb.log")).unwrap();
+    assert!(
+        log.contains(&format!(
+            "devices of pod default/p: from the kubelet's PodResources API on {}",
+            socket.display()
+        )),
+        "{log}"
+    );
 }
