@@ -10,11 +10,13 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 use cni::error::{CniError, ErrorCode};
+use nix::errno::Errno;
+use nix::sched::{CloneFlags, setns};
 use nix::sys::statfs::{NSFS_MAGIC, PROC_SUPER_MAGIC, statfs};
 
-/// Whether `path` is a network namespace: `lstat` (what kind of file), `statfs` (a namespace
-/// file lives on nsfs, or procfs for `/proc/PID/ns/net` on old kernels), then the namespace's
-/// type as the kernel names the opened file (`net:[inode]`).
+/// Whether `path` is a network namespace: what kind of file it is, `statfs` (a namespace file
+/// lives on nsfs, or procfs for `/proc/PID/ns/net` on old kernels), then whether the kernel
+/// takes it as a network namespace.
 pub fn check(path: &str) -> Result<(), CniError> {
     let refuse = |why: String| {
         CniError::new(
@@ -50,13 +52,38 @@ pub fn check(path: &str) -> Result<(), CniError> {
         return Err(refuse("is a plain file".into()));
     }
     let file = File::open(p).map_err(|e| refuse(format!("cannot be opened ({e})")))?;
-    let named = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
-        .map_err(|e| refuse(format!("cannot be told apart ({e})")))?;
-    let named = named.to_string_lossy();
-    match named.split_once(':') {
-        Some(("net", _)) => Ok(()),
-        Some((kind, _)) if named.ends_with(']') => Err(refuse(format!("is a {kind} namespace"))),
-        _ => Err(refuse("is no namespace".into())),
+    // The kernel names the kind of a namespace opened through /proc (`uts:[…]`), not of one
+    // bind-mounted elsewhere (`/run/netns/NAME`); `setns` takes only a network namespace for
+    // CLONE_NEWNET. A thread made for it enters it and ends: nothing runs there.
+    let kind = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .ok()
+        .and_then(|l| {
+            let l = l.to_string_lossy().into_owned();
+            let (kind, rest) = l.split_once(':')?;
+            rest.starts_with('[').then(|| kind.to_string())
+        });
+    let entered = std::thread::Builder::new()
+        .name("plumb-netns-check".into())
+        .spawn(move || setns(&file, CloneFlags::CLONE_NEWNET))
+        .map_err(|e| {
+            CniError::new(
+                ErrorCode::Internal,
+                format!("CNI_NETNS {path:?}: cannot start a thread to check it: {e}"),
+            )
+        })?
+        .join();
+    match entered {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(Errno::EINVAL)) => Err(refuse(match kind {
+            Some(kind) if kind != "net" => format!("is a {kind} namespace"),
+            None if fs_type == PROC_SUPER_MAGIC => "is no namespace".into(),
+            _ => "is a namespace of another kind".into(),
+        })),
+        Ok(Err(e)) => Err(refuse(format!("cannot be entered ({e})"))),
+        Err(_) => Err(CniError::new(
+            ErrorCode::Internal,
+            format!("CNI_NETNS {path:?}: the thread checking it panicked"),
+        )),
     }
 }
 
@@ -86,6 +113,9 @@ mod tests {
         // Refused at once: a FIFO opened for reading would wait for a writer for ever.
         assert!(refused(&fifo).contains("is a FIFO"));
         assert!(refused("/proc/self/ns/uts").contains("is a uts namespace"));
-        assert!(refused("/proc/self/status").contains("no namespace"));
+        assert!(refused("/proc/self/status").contains("is no namespace"));
+        // A network namespace bind-mounted by `ip netns add`, as runtimes make them.
+        let ns = testkit::netns::Netns::new();
+        check(ns.path().to_str().unwrap()).unwrap();
     }
 }

@@ -7,10 +7,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use cni::quote;
 use serde_json::{Map, Value};
 
 use crate::kubelet::PodDevices;
-use crate::text::{QUOTED_MESSAGE, cut_at};
 
 /// What plumb takes from a checkpoint.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -36,7 +36,7 @@ impl Checkpoint {
 /// keys plumb does not use (`ContainerName`, `AllocResp`, `Checksum`) are not looked at.
 pub fn parse(bytes: &[u8]) -> Result<Checkpoint, String> {
     let root: Value = serde_json::from_slice(bytes)
-        .map_err(|e| format!("not JSON: {}", cut_at(&e.to_string(), QUOTED_MESSAGE)))?;
+        .map_err(|e| format!("not JSON: {}", quote::cut(&e.to_string(), quote::MESSAGE)))?;
     let Value::Object(root) = root else {
         return Err(format!("{}, not a JSON object", kind(&root)));
     };
@@ -100,7 +100,7 @@ fn device_ids<'a>(v: Option<&'a Value>, at: &str) -> Result<Vec<&'a str>, String
                 if node.parse::<i64>().is_err() {
                     return Err(format!(
                         "{at} has the key {:?}, which is not a NUMA node number",
-                        cut_at(node, QUOTED_MESSAGE)
+                        quote::cut(node, quote::VALUE)
                     ));
                 }
                 let at = format!("{at}[{node:?}]");

@@ -789,10 +789,11 @@ fn a_daemon_whose_socket_was_replaced_by_a_file_says_so_and_calls_run_in_the_plu
         "plumbDaemonSocket": socket, "logLevel": "verbose",
         "delegates": [{"cniVersion": "1.0.0", "name": "x", "type": "nosuchplugin"}],
     }));
+    let ns = Netns::new();
     let out = crate::common::run(&CniCall {
         command: "ADD",
         container_id: "file1",
-        netns: "/var/run/netns/none",
+        netns: &ns.path().display().to_string(),
         ifname: "eth0",
         args: "",
         config: &config,

@@ -190,6 +190,22 @@ impl DeviceNode {
         serde_json::from_str(&text).unwrap()
     }
 
+    /// What a failed ADD leaves: nothing attached, at most a record that says so.
+    fn assert_nothing_attached(&self, ns: &Netns, cid: &str) {
+        assert_eq!(ns.links(), ["lo"], "interfaces left");
+        assert_eq!(self.node.all_allocations(), 0, "addresses left");
+        assert_eq!(
+            self.node.left_to_undo(cid),
+            Vec::<String>::new(),
+            "recorded"
+        );
+        assert_eq!(
+            self.cni_files(),
+            Vec::<String>::new(),
+            "device-info files left"
+        );
+    }
+
     /// Nothing of the pod is left on the node.
     fn assert_nothing_left(&self, ns: &Netns, cid: &str) {
         assert_eq!(ns.links(), ["lo"], "interfaces left");
@@ -307,9 +323,16 @@ fn a_missing_kubelet_socket_fails_clearly_and_leaves_nothing() {
         "{e}"
     );
     assert!(n.sriov_a.calls_of("ADD").is_empty());
+    n.assert_nothing_attached(&ns, "cd2");
+    // The runtime's DEL after the failed ADD succeeds without the kubelet: the ADD recorded
+    // that nothing is attached.
+    ok(&n.call("DEL", &ns, "vf-pod", "cd2"));
+    assert!(n.sriov_a.calls_of("DEL").is_empty());
     n.assert_nothing_left(&ns, "cd2");
-    // The runtime's DEL after the failed ADD succeeds without the kubelet: with no record it
-    // plans from the API, without devices, and DEL of what never ran is harmless.
+    // Without that record (removed by hand, or an ADD killed before it), it plans from the
+    // API, without devices, and DEL of what never ran is harmless.
+    err(&n.call("ADD", &ns, "vf-pod", "cd2"));
+    std::fs::remove_file(n.node.record("cd2")).unwrap();
     ok(&n.call("DEL", &ns, "vf-pod", "cd2"));
     let del = n.sriov_a.calls_of("DEL");
     assert_eq!(del.len(), 1);
@@ -333,7 +356,7 @@ fn too_few_devices_for_the_pod_fail_clearly_and_leave_nothing() {
         "{e}"
     );
     assert!(n.sriov_a.calls().is_empty() && n.sriov_b.calls().is_empty());
-    n.assert_nothing_left(&ns, "cd3");
+    n.assert_nothing_attached(&ns, "cd3");
 
     // A pod the kubelet gave no device of the resource at all, which the node's device plugin
     // does offer.
@@ -344,7 +367,7 @@ fn too_few_devices_for_the_pod_fail_clearly_and_leave_nothing() {
         e["msg"].as_str().unwrap().contains("allocated 0 device(s)"),
         "{e}"
     );
-    n.assert_nothing_left(&ns, "cd3");
+    n.assert_nothing_attached(&ns, "cd3");
 }
 
 #[test]

@@ -369,6 +369,7 @@ fn huge_text_from_outside_makes_neither_a_huge_error_nor_a_huge_event_or_log_lin
     for line in text.lines() {
         assert!(line.len() < 9 << 10, "a log line of {} bytes", line.len());
     }
+}
 
 /// A node (`node`) whose pod `default/p` (UID `uid-p`) selects `net-vf` twice, a NAD of the
 /// fake plugin `fake-a` backed by the device resource `intel.com/sriov`; the kubelet's root

@@ -263,6 +263,23 @@ impl Cluster {
         );
     }
 
+    /// What a failed ADD leaves: nothing attached, at most a record that says so (for its DEL,
+    /// which then needs no API server).
+    pub fn assert_nothing_attached(&self, ns: &Netns, cid: &str) {
+        assert_eq!(ns.links(), ["lo"], "interfaces left");
+        assert_eq!(self.node.all_allocations(), 0, "addresses left");
+        assert_eq!(
+            self.node.left_to_undo(cid),
+            Vec::<String>::new(),
+            "recorded"
+        );
+        assert!(
+            self.node.cache_entries().is_empty(),
+            "cache entries left: {:?}",
+            self.node.cache_entries()
+        );
+    }
+
     /// Nothing of any sandbox is left on the node: no address, result cache entry (or
     /// temporary file of one), record, lock or temporary file in the state directory.
     pub fn assert_node_clean(&self, when: &str) {

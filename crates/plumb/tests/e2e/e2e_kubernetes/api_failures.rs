@@ -31,7 +31,7 @@ fn an_api_server_that_does_not_answer_fails_the_call_in_bounded_time() {
         took >= std::time::Duration::from_secs(25) && took < std::time::Duration::from_secs(35),
         "{took:?}"
     );
-    c.assert_nothing_left(&ns, "cmute");
+    c.assert_nothing_attached(&ns, "cmute");
 }
 
 #[test]
@@ -88,7 +88,7 @@ fn a_resolver_that_does_not_answer_does_not_hold_the_call_past_its_budget() {
     );
     // About 17 s of attempts and backoff; the last lookup alone would run 30 s more.
     assert!(took < std::time::Duration::from_secs(25), "{took:?}");
-    c.assert_nothing_left(&ns, "cnodns");
+    c.assert_nothing_attached(&ns, "cnodns");
 }
 
 #[test]
@@ -301,7 +301,7 @@ fn a_fetched_nad_the_planner_never_uses_fails_nothing() {
         .map(|r| r.status)
         .collect::<Vec<_>>();
     assert_eq!(net_a, [403], "net-a was fetched with missing-net");
-    c.assert_nothing_left(&ns, "cgone");
+    c.assert_nothing_attached(&ns, "cgone");
 
     // A NAD namespace isolation refuses is refused as always, and not even asked for.
     let uid = c.pod("default", "iso", json!({NETWORKS: "other-ns/net-b"}));
@@ -318,7 +318,7 @@ fn a_fetched_nad_the_planner_never_uses_fails_nothing() {
             .any(|r| r.path.contains("other-ns/network-attachment-definitions")),
         "a NAD the pod may not use was asked for"
     );
-    c.assert_nothing_left(&ns, "ciso");
+    c.assert_nothing_attached(&ns, "ciso");
 
     // A NAD the planner does use still fails the call with its GET's error.
     let uid = c.pod("default", "denied", json!({NETWORKS: "net-a"}));
@@ -331,7 +331,7 @@ fn a_fetched_nad_the_planner_never_uses_fails_nothing() {
             .contains("get network-attachment-definition default/net-a"),
         "{e}"
     );
-    c.assert_nothing_left(&ns, "cdenied");
+    c.assert_nothing_attached(&ns, "cdenied");
 }
 
 #[test]

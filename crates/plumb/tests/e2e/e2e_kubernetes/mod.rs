@@ -202,7 +202,7 @@ fn isolation_refusal_and_a_missing_nad_fail_before_anything_is_attached() {
             && msg.contains("namespaceIsolation"),
         "{e}"
     );
-    c.assert_nothing_left(&ns, "ciso");
+    c.assert_nothing_attached(&ns, "ciso");
     // The runtime's DEL after that failed ADD succeeds: nothing ran, nothing to undo.
     ok(&c.call("DEL", &ns, ("tenant", "iso", &uid), "ciso"));
     let events = c.events_for("tenant", "iso");
@@ -215,7 +215,7 @@ fn isolation_refusal_and_a_missing_nad_fail_before_anything_is_attached() {
         "{e}"
     );
     assert!(e["msg"].as_str().unwrap().contains("not found"), "{e}");
-    c.assert_nothing_left(&ns, "cnonad");
+    c.assert_nothing_attached(&ns, "cnonad");
     assert!(
         c.events_for("default", "nonad")
             .iter()
@@ -271,7 +271,7 @@ fn del_with_the_api_server_down_works_from_the_record() {
     let ns2 = Netns::new();
     let e = err(&c.call("ADD", &ns2, pod, "cdown2"));
     assert!(e["msg"].as_str().unwrap().contains("Kubernetes API"), "{e}");
-    c.assert_nothing_left(&ns2, "cdown2");
+    c.assert_nothing_attached(&ns2, "cdown2");
 }
 
 #[test]
@@ -300,10 +300,10 @@ fn a_recreated_pod_or_a_missing_one_gets_nothing() {
     let ns = Netns::new();
     let e = err(&c.call("ADD", &ns, ("default", "re", "an-old-uid"), "cre"));
     assert!(e["msg"].as_str().unwrap().contains("recreated"), "{e}");
-    c.assert_nothing_left(&ns, "cre");
+    c.assert_nothing_attached(&ns, "cre");
     let e = err(&c.call("ADD", &ns, ("default", "ghost", "u"), "cghost"));
     assert!(e["msg"].as_str().unwrap().contains("not found"), "{e}");
-    c.assert_nothing_left(&ns, "cghost");
+    c.assert_nothing_attached(&ns, "cghost");
 }
 
 #[test]
@@ -675,11 +675,11 @@ fn an_api_failing_one_request_for_good_fails_the_add_cleanly_and_its_del_needs_n
 }
 
 #[test]
-fn a_del_after_an_add_failed_on_a_nad_asks_for_it_once() {
+fn a_del_after_an_add_failed_on_a_nad_asks_the_api_nothing_or_once_without_a_record() {
     // The API keeps failing the GET of a NAD the pod selects: ADD fails before anything is
-    // attached, and the runtime's DEL, with no record, plans from the API. Its retries of that
-    // GET are made once, not again to plan without devices (which doubled the DEL's time, up
-    // to the whole API budget when the API does not answer).
+    // attached. Its DEL waited for the API again (up to the whole API budget when the API does
+    // not answer). A DEL with no record plans from the API, making that GET's retries once,
+    // not again to plan without devices.
     use testkit::kube_api::{Fault, FaultKind};
     let c = Cluster::new(193);
     let uid = c.pod("default", "nonad", json!({NETWORKS: "net-a"}));
@@ -709,6 +709,16 @@ fn a_del_after_an_add_failed_on_a_nad_asks_for_it_once() {
     );
     let by_add = gets(&c);
     assert!(by_add > 1, "the GET was not retried: {by_add}");
+    // The ADD left a record of no attachment: its DEL asks the API nothing.
+    c.assert_nothing_attached(&ns, "cnonad");
+    c.api.clear_requests();
+    ok(&c.call("DEL", &ns, pod, "cnonad"));
+    assert_eq!(c.api.requests().len(), 0, "the DEL asked the API");
+    c.assert_nothing_left(&ns, "cnonad");
+    // Without that record (removed by hand, or an ADD killed before it), the DEL plans from
+    // the API and makes the GET's retries once.
+    err(&c.call("ADD", &ns, pod, "cnonad"));
+    std::fs::remove_file(c.node.record("cnonad")).unwrap();
     c.api.clear_requests();
     ok(&c.call("DEL", &ns, pod, "cnonad"));
     assert_eq!(gets(&c), by_add, "the DEL's GETs of the NAD");
@@ -960,7 +970,7 @@ fn a_token_revoked_during_the_call_whose_file_is_gone_says_so() {
             && msg.contains(&c.token_file.display().to_string()),
         "{e}"
     );
-    c.assert_nothing_left(&ns, "cgonetok");
+    c.assert_nothing_attached(&ns, "cgonetok");
 }
 
 mod api_failures;

@@ -26,11 +26,18 @@ fn a_first_delegate_that_cannot_start_leaves_nothing_to_undo() {
     assert!(node.left_to_undo("c-nostart").is_empty());
     assert_eq!(
         state_files(&node),
-        ["c-nostart.lock"],
-        "no record (nothing was begun), only the container's lock"
+        ["c-nostart.json", "c-nostart.lock"],
+        "a record of no attachment (nothing was begun, for the DEL), and the container's lock"
     );
-    // Without a record, DEL plans the same networks: the one that cannot run is skipped, with
-    // a log line, rather than failing the sandbox's removal forever.
+    // Its DEL runs nothing and leaves nothing.
+    ok(&call("DEL"));
+    assert!(b.calls_of("DEL").is_empty());
+    assert!(state_files(&node).is_empty(), "{:?}", state_files(&node));
+    // Without a record (removed by hand, or an ADD killed before it), DEL plans the same
+    // networks: the one that cannot run is skipped, with a log line, rather than failing the
+    // sandbox's removal forever.
+    err(&call("ADD"));
+    std::fs::remove_file(node.record("c-nostart")).unwrap();
     let del = call("DEL");
     let stderr = String::from_utf8_lossy(&del.stderr).to_string();
     ok(&del);

@@ -56,7 +56,8 @@ fn two_bridges(subnet_a: u8, subnet_b: u8) -> impl FnOnce(&Node) -> (Vec<Value>,
     }
 }
 
-/// A call for a sandbox whose delegates are fakes (no namespace is touched).
+/// A call for a sandbox whose delegates are fakes (the namespace, made for the call, is not
+/// touched: plumb only checks that it is one).
 fn fake_call(config: &Value, command: &str, container_id: &str) -> std::process::Output {
     fake_call_with_args(config, command, container_id, "")
 }
@@ -68,10 +69,11 @@ fn fake_call_with_args(
     container_id: &str,
     args: &str,
 ) -> std::process::Output {
+    let ns = testkit::netns::Netns::new();
     run(&CniCall {
         command,
         container_id,
-        netns: "/var/run/netns/fake",
+        netns: &ns.path().display().to_string(),
         ifname: "eth0",
         args,
         config,
