@@ -119,6 +119,37 @@ pub fn take_for(
     })
 }
 
+/// The turn of container `id`, as [`take_for`] takes it, but waiting at most `within`: then an
+/// error to retry (code 11) naming who holds it. For a call run instead of a daemon that did not
+/// acknowledge it, whose call for the container may hold the lock as long as it stays stopped.
+pub fn take_for_within(records: &RecordStore, id: &str, within: Duration) -> Result<Turn, NoTurn> {
+    let path = records
+        .lock_path(id)
+        .map_err(|e| NoTurn::Failed(e.into()))?;
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(turn) =
+            acquire(&path, FlockArg::LockExclusiveNonblock).map_err(NoTurn::Failed)?
+        {
+            return Ok(turn);
+        }
+        if Instant::now() >= deadline {
+            return Err(NoTurn::Failed(CniError::new(
+                ErrorCode::TryAgainLater,
+                format!(
+                    "container {id}: another call for it has been running for over {} s ({} \
+                     holds {}; a plumb daemon that did not take this call may be running it): \
+                     try again later",
+                    within.as_secs(),
+                    who_holds(&holders(&path)),
+                    path.display()
+                ),
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// What a call waiting for a lock is told ([`take`]).
 struct Report<'a> {
     /// The processes `/proc/locks` names as holding it.

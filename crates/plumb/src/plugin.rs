@@ -18,6 +18,7 @@ pub fn run(getenv: &dyn Fn(&str) -> Option<String>) -> i32 {
         return 1;
     }
     let mut stdout = std::io::stdout().lock();
+    let mut caller = plumb_engine::commands::Caller::ThisProcess;
     if let Some(socket) = crate::shim::daemon_socket(&stdin) {
         let env: std::collections::BTreeMap<String, String> = std::env::vars_os()
             .filter_map(|(k, _)| k.into_string().ok())
@@ -36,6 +37,12 @@ pub fn run(getenv: &dyn Fn(&str) -> Option<String>) -> i32 {
                         .verbose(&format!("{why}: running the call in this process"));
                 }
             }
+            Ok(crate::shim::Forwarded::Unacknowledged(why)) => {
+                slow(&format!("{why}: running the call in this process"));
+                // A call that daemon is running for the container holds its lock: waited for
+                // a while only, not for as long as the daemon stays frozen.
+                caller = plumb_engine::commands::Caller::InsteadOfDaemon;
+            }
             Err(e) => {
                 let mut e = crate::shim::failed(e, &env, &stdin);
                 e.cni_version = cni_version(&stdin);
@@ -47,7 +54,7 @@ pub fn run(getenv: &dyn Fn(&str) -> Option<String>) -> i32 {
     let plugin = plumb_engine::commands::Plumb {
         routes: &plumb_engine::routes::NetlinkRoutes,
         connect: &plumb_cluster::connect::PerCall,
-        caller: plumb_engine::commands::Caller::ThisProcess,
+        caller,
     };
     cni::skel::dispatch(&plugin, getenv, &mut &stdin[..], &mut stdout)
 }

@@ -130,14 +130,27 @@ impl<'a> Call<'a> {
             Waiting::Begins => log.verbose(&format!("{command}: {line}")),
             Waiting::Long => log.error(&format!("{command}: {line}")),
         };
-        crate::container_lock::take_for(&self.records, &args.container_id, caller.pid(), &say)
+        let taken = match caller {
+            Caller::InsteadOfDaemon => crate::container_lock::take_for_within(
+                &self.records,
+                &args.container_id,
+                super::LOCK_WAIT_INSTEAD_OF_DAEMON,
+            ),
+            _ => crate::container_lock::take_for(
+                &self.records,
+                &args.container_id,
+                caller.pid(),
+                &say,
+            ),
+        };
+        taken
             .and_then(|mut turn| {
                 // The delegates hold the turn with the call, so that one left running by a kill
                 // of the process that runs the call still holds back the next call: all the
                 // children of a process that runs this call alone, this call's own in the
                 // daemon.
                 match caller {
-                    Caller::ThisProcess => turn.share_with_children(),
+                    Caller::ThisProcess | Caller::InsteadOfDaemon => turn.share_with_children(),
                     Caller::Forwarded { .. } => turn.share_with_this_threads_plugins(),
                 }
                 .map_err(crate::container_lock::NoTurn::Failed)?;

@@ -28,6 +28,10 @@ mod status;
 use call::Call;
 pub use gc::STAGED_FILE_MAX_AGE;
 
+/// How long a call run instead of a daemon that did not acknowledge it waits for its
+/// container's turn: the kubelet tries again after code 11, by when the daemon may be back.
+pub const LOCK_WAIT_INSTEAD_OF_DAEMON: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// The runtime's capability for handing a plugin the pod's annotations (containerd and CRI-O
 /// fill it for plugins that declare it), which spares the pod GET.
 pub const POD_ANNOTATIONS_CAPABILITY: &str = "io.kubernetes.cri.pod-annotations";
@@ -47,6 +51,10 @@ pub struct Plumb<'a> {
 pub enum Caller {
     /// The runtime started this process (thin mode, `plumb attach`/`detach`).
     ThisProcess,
+    /// As [`Caller::ThisProcess`], for a call a daemon did not acknowledge: a call that daemon
+    /// runs for the container holds its lock for as long as the daemon stays stopped, so the
+    /// wait for it is bounded ([`LOCK_WAIT_INSTEAD_OF_DAEMON`], then code 11).
+    InsteadOfDaemon,
     /// The daemon runs it for the plugin process that forwarded it.
     Forwarded {
         /// Its pid (`SO_PEERCRED`), when known.
@@ -63,7 +71,7 @@ pub enum Caller {
 impl Caller {
     pub fn pid(&self) -> Option<u32> {
         match self {
-            Caller::ThisProcess => Some(std::process::id()),
+            Caller::ThisProcess | Caller::InsteadOfDaemon => Some(std::process::id()),
             Caller::Forwarded { pid, .. } => *pid,
         }
     }
@@ -74,7 +82,7 @@ impl Caller {
     /// runtime killed the plugin, already done) could otherwise run first.
     fn abandoned(&self) -> bool {
         match self {
-            Caller::ThisProcess => false,
+            Caller::ThisProcess | Caller::InsteadOfDaemon => false,
             Caller::Forwarded {
                 connection,
                 abandoned,

@@ -146,8 +146,16 @@ pub(super) fn spawn_connection(stream: tokio::net::UnixStream, shared: &Arc<Shar
             .try_clone_to_owned()
             .ok()
             .map(Arc::new);
+        // The call this connection offered and the daemon acknowledged, run on its `go`.
+        let offered: Offered = Arc::default();
         let service = hyper::service::service_fn(move |request| {
-            answer(request, peer, connection.clone(), Arc::clone(&shared))
+            answer(
+                request,
+                peer,
+                connection.clone(),
+                Arc::clone(&offered),
+                Arc::clone(&shared),
+            )
         });
         let _ = hyper::server::conn::http1::Builder::new()
             .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
@@ -161,11 +169,19 @@ pub(super) fn reply(status: StatusCode, text: String) -> Response<Full<Bytes>> {
     r
 }
 
-/// The answer to one request: a CNI call on `POST /cni`, `ok` on `GET /healthz`.
+/// A call read from a connection and acknowledged, not yet run: its `CNI_*` variables and stdin.
+type Offered = Arc<std::sync::Mutex<Option<(BTreeMap<String, String>, Vec<u8>)>>>;
+
+/// The answer to one request: a CNI call offered on `POST /cni/offer` is acknowledged (202) as
+/// soon as it is read and run on the `POST /cni/go` that follows on the same connection, which
+/// the plugin sends only if the acknowledgement came in time (else it runs the call itself, and
+/// the daemon never does); `POST /cni` reads and runs a call at once (plugins of earlier
+/// versions); `GET /healthz` answers `ok`.
 pub(super) async fn answer(
     request: Request<Incoming>,
     peer: Option<tokio::net::unix::UCred>,
     connection: Option<Arc<std::os::fd::OwnedFd>>,
+    offered: Offered,
     shared: Arc<Shared>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let uid = peer.map(|c| c.uid());
@@ -175,7 +191,8 @@ pub(super) async fn answer(
             format!("only uid {} or root may call plumb\n", shared.uid),
         ));
     }
-    match (request.method().as_str(), request.uri().path()) {
+    let path = request.uri().path().to_owned();
+    match (request.method().as_str(), path.as_str()) {
         ("GET", "/healthz") => {
             return Ok(reply(
                 StatusCode::OK,
@@ -186,7 +203,17 @@ pub(super) async fn answer(
                 ),
             ));
         }
-        ("POST", shim::PATH) => plugin_version(&request, &shared),
+        ("POST", shim::PATH | shim::OFFER_PATH) => plugin_version(&request, &shared),
+        ("POST", shim::GO_PATH) => {
+            let taken = offered.lock().unwrap_or_else(|p| p.into_inner()).take();
+            return Ok(match taken {
+                Some((env, stdin)) => run(env, stdin, peer, connection, shared).await,
+                None => reply(
+                    StatusCode::CONFLICT,
+                    "no call was offered on this connection\n".into(),
+                ),
+            });
+        }
         (method, path) => {
             return Ok(reply(
                 StatusCode::NOT_FOUND,
@@ -215,6 +242,22 @@ pub(super) async fn answer(
             ));
         }
     };
+    if path == shim::OFFER_PATH {
+        *offered.lock().unwrap_or_else(|p| p.into_inner()) = Some((env, stdin));
+        return Ok(reply(StatusCode::ACCEPTED, String::new()));
+    }
+    Ok(run(env, stdin, peer, connection, shared).await)
+}
+
+/// Runs the call (`env`, `stdin`) on a blocking thread, answering with what the plugin would
+/// print and its exit code.
+async fn run(
+    env: BTreeMap<String, String>,
+    stdin: Vec<u8>,
+    peer: Option<tokio::net::unix::UCred>,
+    connection: Option<Arc<std::os::fd::OwnedFd>>,
+    shared: Arc<Shared>,
+) -> Response<Full<Bytes>> {
     // Counted from here until the call itself ends, on its thread: a shim that went away (the
     // runtime killed it) drops this future, not the call.
     let running = Running::start(Arc::clone(&shared));
@@ -246,7 +289,7 @@ pub(super) async fn answer(
     *r.body_mut() = Full::new(Bytes::from(stdout));
     r.headers_mut()
         .insert(shim::EXIT_CODE_HEADER, http::HeaderValue::from(code));
-    Ok(r)
+    r
 }
 
 /// Says, once per version, that a call comes from a plugin of another version than the

@@ -18,8 +18,16 @@ pub mod freezer;
 /// The configuration key naming the daemon's socket.
 pub const SOCKET_KEY: &str = "plumbDaemonSocket";
 
-/// The request's path and the answer's exit-code header.
+/// The request's path and the answer's exit-code header. `PATH` takes and runs a call in one
+/// request; `OFFER_PATH` takes it and acknowledges it at once, and `GO_PATH`, next on the same
+/// connection, runs it.
 pub const PATH: &str = "/cni";
+pub const OFFER_PATH: &str = "/cni/offer";
+pub const GO_PATH: &str = "/cni/go";
+
+/// How long the plugin waits for the daemon to acknowledge a call before it runs the call
+/// itself: a daemon that has read the call answers at once, before it queues or runs it.
+pub const ACK_WAIT: Duration = Duration::from_secs(5);
 pub const EXIT_CODE_HEADER: &str = "plumb-exit-code";
 /// The request's header naming the plugin's version: a daemon of another (mid-upgrade, the
 /// node's binary and the daemon's image apart) says so in its log.
@@ -60,6 +68,9 @@ pub enum Forwarded {
     /// or crashed never stops pods from starting or stopping (Multus's thick mode fails every
     /// call then).
     NoDaemon(String),
+    /// A daemon listens but did not acknowledge the call within [`ACK_WAIT`] (stopped, frozen,
+    /// wedged): it never runs the call, which runs here, as with no daemon, said as an error.
+    Unacknowledged(String),
 }
 
 /// The body of a forwarded call: `env` as one line of JSON, then `stdin`.
@@ -88,9 +99,14 @@ pub fn parse_request(body: &[u8]) -> Result<(BTreeMap<String, String>, &[u8]), S
 /// told to `slow`, with what it is doing ([`SLOW`]).
 ///
 /// The protocol, HTTP/1.1 over the unix socket (so that `curl --unix-socket` can talk to it):
-/// `POST /cni`, the body one line of JSON with the `CNI_*` variables, a newline, then the
-/// runtime's stdin as it came, the plugin's version in the `plumb-version` header; the answer's
-/// body is what the plugin prints, its exit code in the `plumb-exit-code` header.
+/// `POST /cni/offer`, the body one line of JSON with the `CNI_*` variables, a newline, then the
+/// runtime's stdin as it came, the plugin's version in the `plumb-version` header, answered
+/// `202 Accepted` as soon as the daemon has read it; then `POST /cni/go` on the same
+/// connection, answered with what the plugin prints as the body and its exit code in the
+/// `plumb-exit-code` header. Exactly one of the two processes runs a call: the daemon only after
+/// `go`, which the plugin sends only once the call was acknowledged within [`ACK_WAIT`]; without
+/// that acknowledgement the plugin runs it. (`POST /cni` does both at once, for plugins of
+/// earlier versions; a daemon of an earlier version answers the offer 404 and gets that.)
 pub fn forward(
     socket: &Path,
     env: &BTreeMap<String, String>,
@@ -139,16 +155,71 @@ pub fn forward(
             }
         };
         let pid = trusted(socket, &stream)?;
+        // Until the daemon acknowledges the call it never runs it: a daemon that does not
+        // (stopped, frozen, gone mid-way) leaves the call to this process.
+        let unacknowledged = |why: String| {
+            Ok(Forwarded::Unacknowledged(format!(
+                "plumb daemon at {} ({}) {why}",
+                socket.display(),
+                process(pid)
+            )))
+        };
         let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| lost(&e))?;
+            match hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await
+            {
+                Ok(handshake) => handshake,
+                Err(e) => return unacknowledged(format!("did not take the call: {e}")),
+            };
         let connection = tokio::spawn(connection);
-        let request = http::Request::post(PATH)
-            .header(http::header::HOST, "plumb")
-            .header(VERSION_HEADER, VERSION)
-            .body(Full::new(Bytes::from(request_body(env, stdin))))
-            .map_err(|e| CniError::new(ErrorCode::Internal, e.to_string()))?;
+        let body = Bytes::from(request_body(env, stdin));
+        let post = |path: &str, body: Bytes| {
+            http::Request::post(path)
+                .header(http::header::HOST, "plumb")
+                .header(VERSION_HEADER, VERSION)
+                .body(Full::new(body))
+                .map_err(|e| CniError::new(ErrorCode::Internal, e.to_string()))
+        };
+        let offered = tokio::time::timeout(
+            ACK_WAIT,
+            sender.send_request(post(OFFER_PATH, body.clone())?),
+        )
+        .await;
+        let request = match offered {
+            Err(_) => {
+                connection.abort();
+                return unacknowledged(format!(
+                    "did not acknowledge the call within {} s (stopped, frozen or wedged)",
+                    ACK_WAIT.as_secs()
+                ));
+            }
+            Ok(Err(e)) => {
+                connection.abort();
+                return unacknowledged(format!("did not acknowledge the call: {e}"));
+            }
+            Ok(Ok(ack)) if ack.status() == http::StatusCode::ACCEPTED => {
+                post(GO_PATH, Bytes::new())?
+            }
+            // A daemon of a version before the acknowledgement: the call in one request.
+            Ok(Ok(ack)) if ack.status() == http::StatusCode::NOT_FOUND => post(PATH, body)?,
+            Ok(Ok(refused)) => {
+                let status = refused.status();
+                let text = Limited::new(refused.into_body(), MAX_ANSWER)
+                    .collect()
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
+                connection.abort();
+                return Err(CniError::new(
+                    ErrorCode::Internal,
+                    format!(
+                        "plumb daemon at {}: refused the call ({status}): {}",
+                        socket.display(),
+                        plumb_engine::log::one_line(&String::from_utf8_lossy(&text))
+                    ),
+                ));
+            }
+        };
+        sender.ready().await.map_err(|e| lost(&e))?;
         let mut sending = std::pin::pin!(sender.send_request(request));
         let (sent, mut said_at) = (tokio::time::Instant::now(), SLOW);
         let answer = loop {
@@ -227,8 +298,9 @@ pub fn failed(mut e: CniError, env: &BTreeMap<String, String>, stdin: &[u8]) -> 
     e
 }
 
-/// [`forward`]'s `slow`: a call the daemon is slow to answer, said in plumb's log by the
-/// plugin (the daemon may be stopped or stuck), named for its pod and container.
+/// [`forward`]'s `slow`: a call the daemon is slow to answer (or did not acknowledge), said in
+/// plumb's log by the plugin (the daemon may be stopped or stuck), named for its pod and
+/// container.
 pub fn slow(env: &BTreeMap<String, String>, stdin: &[u8], line: &str) {
     let line = match who(env) {
         Some(who) => format!("{who}: {line}"),

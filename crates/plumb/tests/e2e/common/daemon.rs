@@ -156,3 +156,8 @@ impl Busy {
         }
     }
 }
+
+/// Whether the plugin's call went to a daemon (it did not run the call itself).
+pub fn forwarded(out: &std::process::Output) -> bool {
+    !String::from_utf8_lossy(&out.stderr).contains("running the call in this process")
+}

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::{Cluster, NETWORKS, pod_args};
-use crate::common::daemon::Daemon;
+use crate::common::daemon::{Daemon, forwarded};
 use crate::common::{CniCall, err, ok};
 use serde_json::json;
 use testkit::kube_api::{Fault, FaultKind, KubeApiOptions};
@@ -464,11 +464,6 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
         }
     });
     c.assert_node_clean("after every pod's DEL");
-}
-
-/// Whether the plugin's call went to a daemon (it did not run the call itself).
-fn forwarded(out: &std::process::Output) -> bool {
-    !String::from_utf8_lossy(&out.stderr).contains("running the call in this process")
 }
 
 mod lifecycle;
