@@ -90,6 +90,18 @@ impl Node {
         self.state_dir().join(format!("{container_id}.json"))
     }
 
+    /// What a failed ADD of `container_id` in `ns` leaves: no interface, no address, at most a
+    /// record of no attachment (for its DEL, which then needs no API server).
+    pub fn assert_nothing_attached(&self, ns: &testkit::netns::Netns, container_id: &str) {
+        assert_eq!(ns.links(), ["lo"], "interfaces left");
+        assert_eq!(self.all_allocations(), 0, "addresses left");
+        assert_eq!(
+            self.left_to_undo(container_id),
+            Vec::<String>::new(),
+            "recorded"
+        );
+    }
+
     /// The networks the sandbox's record still names for DEL to undo: none when there is no
     /// record, or when a failed ADD was wholly undone (its record then names no attachment, so
     /// that the runtime's DEL has nothing to do).
