@@ -21,7 +21,10 @@ pub fn check(path: &str) -> Result<(), CniError> {
     let refuse = |why: String| {
         CniError::new(
             ErrorCode::InvalidNetNs,
-            format!("CNI_NETNS {path:?} {why}, not a network namespace"),
+            format!(
+                "CNI_NETNS {} {why}, not a network namespace",
+                cni::quote::quoted(path)
+            ),
         )
     };
     let p = Path::new(path);
@@ -68,7 +71,10 @@ pub fn check(path: &str) -> Result<(), CniError> {
         .map_err(|e| {
             CniError::new(
                 ErrorCode::Internal,
-                format!("CNI_NETNS {path:?}: cannot start a thread to check it: {e}"),
+                format!(
+                    "CNI_NETNS {}: cannot start a thread to check it: {e}",
+                    cni::quote::quoted(path)
+                ),
             )
         })?
         .join();
@@ -82,7 +88,10 @@ pub fn check(path: &str) -> Result<(), CniError> {
         Ok(Err(e)) => Err(refuse(format!("cannot be entered ({e})"))),
         Err(_) => Err(CniError::new(
             ErrorCode::Internal,
-            format!("CNI_NETNS {path:?}: the thread checking it panicked"),
+            format!(
+                "CNI_NETNS {}: the thread checking it panicked",
+                cni::quote::quoted(path)
+            ),
         )),
     }
 }
