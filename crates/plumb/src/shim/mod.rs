@@ -422,6 +422,8 @@ fn no_daemon(e: &io::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
@@ -436,6 +438,79 @@ mod tests {
         // Not JSON, or the key of another type: thin mode reports the configuration's fault.
         assert_eq!(daemon_socket(b"not json"), None);
         assert_eq!(daemon_socket(br#"{"plumbDaemonSocket":3}"#), None);
+    }
+
+    /// A daemon of a version before the acknowledgement, on `socket` (bound before this
+    /// returns): `POST /cni/offer` is an unknown path to it (404, with a body), `POST /cni`
+    /// runs the call, answering `{"ran": N}` with exit code 0. The requests it was sent.
+    fn earlier_daemon(socket: &Path) -> Arc<std::sync::Mutex<Vec<String>>> {
+        use http_body_util::BodyExt;
+        let listener = std::os::unix::net::UnixListener::bind(socket).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let rt = plumb_cluster::runtime::current_thread().unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::UnixListener::from_std(listener).unwrap();
+                while let Ok((stream, _)) = listener.accept().await {
+                    let log = Arc::clone(&log);
+                    tokio::spawn(async move {
+                        let service = hyper::service::service_fn(
+                            move |r: http::Request<hyper::body::Incoming>| {
+                                let log = Arc::clone(&log);
+                                async move {
+                                    let path = r.uri().path().to_string();
+                                    let _ = r.into_body().collect().await;
+                                    let mut seen = log.lock().unwrap();
+                                    seen.push(path.clone());
+                                    let mut answer = http::Response::new(Full::new(Bytes::from(
+                                        if path == PATH {
+                                            format!("{{\"ran\": {}}}", seen.len())
+                                        } else {
+                                            format!("no POST {path}\n")
+                                        },
+                                    )));
+                                    if path == PATH {
+                                        answer
+                                            .headers_mut()
+                                            .insert(EXIT_CODE_HEADER, http::HeaderValue::from(0));
+                                    } else {
+                                        *answer.status_mut() = http::StatusCode::NOT_FOUND;
+                                    }
+                                    Ok::<_, std::convert::Infallible>(answer)
+                                }
+                            },
+                        );
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            });
+        });
+        seen
+    }
+
+    #[test]
+    fn a_daemon_of_an_earlier_version_gets_the_call_in_one_request() {
+        // Mid-upgrade, the node's plugin is newer than the daemon: its offer is answered 404,
+        // and the call goes as the daemon knows it, on the same connection.
+        let d = tempfile::tempdir().unwrap();
+        let socket = d.path().join("plumb.sock");
+        let seen = earlier_daemon(&socket);
+        let env = BTreeMap::from([("CNI_COMMAND".to_string(), "ADD".to_string())]);
+        let answer = forward(&socket, &env, b"{}", &|line| panic!("{line}")).unwrap();
+        match answer {
+            Forwarded::Answer { stdout, code } => {
+                assert_eq!(
+                    (String::from_utf8_lossy(&stdout).as_ref(), code),
+                    ("{\"ran\": 2}", 0)
+                );
+            }
+            _ => panic!("not forwarded"),
+        }
+        assert_eq!(*seen.lock().unwrap(), [OFFER_PATH, PATH]);
     }
 
     #[test]
