@@ -20,6 +20,18 @@ pub trait Cluster {
     /// The pod; `Ok(None)` when it does not exist (after retrying, when `wait_for_pod`).
     fn pod(&self, namespace: &str, name: &str, wait_for_pod: bool)
     -> Result<Option<Pod>, CniError>;
+    /// The pod of the sandbox whose runtime gave `uid` (`K8S_POD_UID`, when it did): as
+    /// [`Cluster::pod`], which the API answers; a cache answers it without asking when it holds
+    /// that pod, and asks when it holds another pod of that name (recreated) or none yet.
+    fn pod_of_sandbox(
+        &self,
+        namespace: &str,
+        name: &str,
+        _uid: Option<&str>,
+        wait_for_pod: bool,
+    ) -> Result<Option<Pod>, CniError> {
+        self.pod(namespace, name, wait_for_pod)
+    }
     fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError>;
     /// [`Cluster::nad`] of each of `refs`, in their order; the real API asks for them at once
     /// when it can.

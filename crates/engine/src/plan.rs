@@ -40,6 +40,16 @@ pub struct Pod {
 /// differs from the one the runtime has).
 const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 
+/// Whether the plan reads the pod annotation `key`: a cache of pods keeps these and no others.
+pub fn reads_annotation(key: &str) -> bool {
+    [
+        NETWORKS_ANNOTATION,
+        DEFAULT_NETWORK_ANNOTATION,
+        CONFIG_SOURCE_ANNOTATION,
+    ]
+    .contains(&key)
+}
+
 impl Pod {
     /// A static (mirror) pod: the kubelet made it from a file, and its API UID is not the one
     /// the runtime passes.

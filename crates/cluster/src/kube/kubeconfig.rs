@@ -9,6 +9,7 @@ use std::path::Path;
 use cni::error::{CniError, ErrorCode};
 
 use super::Sources;
+use super::transport::Use;
 
 /// The most of a kubeconfig plumb reads. A real one, its certificates inline, is a few KiB;
 /// a path that names something larger (a log, an image, `/dev/zero`) is a mistake, and reading
@@ -93,6 +94,7 @@ pub(super) fn beside(dir: &Path, kc: &mut kube::config::Kubeconfig) {
 pub(super) async fn client_from(
     kubeconfig: &Path,
     limit: Duration,
+    usage: Use,
 ) -> Result<(kube::Client, String, Sources), CniError> {
     let mut sources = Sources::default();
     let mut kc =
@@ -113,7 +115,7 @@ pub(super) async fn client_from(
     if let Some(expires) = credential_from_exec(&mut kc, limit, kubeconfig).await? {
         sources.valid_until(expires);
     }
-    let (client, server) = client_of(kc, kubeconfig).await?;
+    let (client, server) = client_of(kc, kubeconfig, usage).await?;
     Ok((client, server, sources))
 }
 
@@ -188,12 +190,21 @@ pub(super) fn bad_kubeconfig(kubeconfig: &Path, e: &dyn std::fmt::Display) -> Cn
 pub(super) async fn client_of(
     kc: kube::config::Kubeconfig,
     kubeconfig: &Path,
+    usage: Use,
 ) -> Result<(kube::Client, String), CniError> {
     let bad = |e: &dyn std::fmt::Display| bad_kubeconfig(kubeconfig, e);
-    let mut cfg =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| bad(&e))?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| bad(&e))?;
+    let (client, server) = client_of_config(cfg, usage).map_err(|e| bad(&e))?;
+    Ok((client, server))
+}
+
+/// The client of `cfg` with plumb's timeouts and no retries of kube's, and the API server's URL.
+pub(super) fn client_of_config(
+    mut cfg: kube::Config,
+    usage: Use,
+) -> Result<(kube::Client, String), kube::Error> {
     cfg.default_retry = false;
     cfg.connect_timeout = Some(CONNECT_TIMEOUT);
     // No read timeout: every request is bounded whole by its attempt's (`attempt`), and kube's
@@ -207,7 +218,7 @@ pub(super) async fn client_of(
         .trim_end_matches('/')
         .to_string();
     // The client spawns its connection tasks on the runtime this runs on.
-    let client = super::transport::client(cfg).map_err(|e| bad(&e))?;
+    let client = super::transport::client(cfg, usage)?;
     Ok((client, server))
 }
 

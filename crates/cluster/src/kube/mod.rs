@@ -30,9 +30,35 @@ mod transport;
 
 use failure::*;
 use kubeconfig::*;
-use sources::Sources;
+pub(crate) use sources::Sources;
 use status_write::*;
 pub use token_request::Grant;
+use transport::Use;
+
+/// A client for the daemon's watch caches from `source`, made on the runtime it runs on, and
+/// the files it was made from (none in-cluster: kube-rs reads the rotated token itself).
+pub(crate) async fn watch_client(
+    source: &crate::caches::Source,
+) -> Result<(kube::Client, Option<Sources>), CniError> {
+    use crate::caches::Source;
+    match source {
+        Source::Kubeconfig(path) => {
+            let (client, _, sources) = client_from(path, API_BUDGET, Use::Watch).await?;
+            Ok((client, Some(sources)))
+        }
+        Source::InCluster => {
+            let failed = |e: &dyn std::fmt::Display| {
+                CniError::new(
+                    ErrorCode::InvalidConfig,
+                    format!("in-cluster configuration: {e}"),
+                )
+            };
+            let cfg = kube::Config::incluster().map_err(|e| failed(&e))?;
+            let (client, _) = client_of_config(cfg, Use::Watch).map_err(|e| failed(&e))?;
+            Ok((client, None))
+        }
+    }
+}
 
 /// A pod as the planner takes it.
 fn pod_from_kube(p: KubePod) -> Pod {
@@ -139,7 +165,7 @@ impl KubeCluster {
         let rt = crate::runtime::current_thread()?;
         let rt = Runtime(Some(rt));
         let started = Instant::now();
-        let (client, server, sources) = rt.block_on(client_from(kubeconfig, budget))?;
+        let (client, server, sources) = rt.block_on(client_from(kubeconfig, budget, Use::Call))?;
         Ok(KubeCluster {
             rt,
             kubeconfig: kubeconfig.to_path_buf(),
@@ -299,7 +325,7 @@ impl KubeCluster {
             }
         }
         self.client.lock().unwrap_or_else(|p| p.into_inner()).reread = true;
-        match client_from(&self.kubeconfig, self.left(started)).await {
+        match client_from(&self.kubeconfig, self.left(started), Use::Call).await {
             Ok((client, _, sources)) => {
                 let mut c = self.client.lock().unwrap_or_else(|p| p.into_inner());
                 c.client = client;

@@ -17,6 +17,19 @@ use tower::{BoxError, ServiceBuilder};
 /// and time out too.
 const PING_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The same for the daemon's watches, whose connection stays open and mostly quiet for
+/// minutes: client-go's (a ping after 30 s without a frame, 15 s for its answer), not one every
+/// 2 s from each node's daemon to the API server.
+const WATCH_PING_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+const WATCH_PING_ANSWER: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// What a client is for: a CNI call's requests, or the daemon's watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Use {
+    Call,
+    Watch,
+}
+
 /// The connector: TCP with `TCP_NODELAY`, then TLS as the kubeconfig says (its CA, client
 /// certificate, server name), offering h2 and http/1.1. What kube's
 /// `rustls_https_connector_with_connector` builds, but for HTTP/2.
@@ -59,7 +72,11 @@ fn connector(
 /// pulling images and their plugins inherit (with `NO_PROXY` naming the API server); kube's own
 /// builder, built without proxy support, refuses every call then, where this stack reaches the
 /// API server directly.
-pub fn client(cfg: kube::Config) -> Result<kube::Client, kube::Error> {
+pub fn client(cfg: kube::Config, usage: Use) -> Result<kube::Client, kube::Error> {
+    let (ping_after, ping_answer) = match usage {
+        Use::Call => (PING_AFTER, PING_AFTER),
+        Use::Watch => (WATCH_PING_AFTER, WATCH_PING_ANSWER),
+    };
     // The configuration's timeouts, as kube's builder sets them (`hyper-timeout`: the connect
     // timeout bounds the host name's lookup and the TLS handshake too).
     let mut timed = TimeoutConnector::new(connector(&cfg)?);
@@ -69,8 +86,8 @@ pub fn client(cfg: kube::Config) -> Result<kube::Client, kube::Error> {
     timed.set_reset_reader_on_write(cfg.reset_reader_on_write);
     let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
-        .http2_keep_alive_interval(PING_AFTER)
-        .http2_keep_alive_timeout(PING_AFTER)
+        .http2_keep_alive_interval(ping_after)
+        .http2_keep_alive_timeout(ping_answer)
         .http2_keep_alive_while_idle(false)
         .build::<_, kube::client::Body>(timed);
     let service = ServiceBuilder::new()

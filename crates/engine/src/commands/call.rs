@@ -271,7 +271,8 @@ impl<'a> Call<'a> {
         let Some(cluster) = self.try_cluster()? else {
             return Ok(None);
         };
-        let Some(pod) = cluster.pod(&pa.namespace, &pa.name, wait)? else {
+        let Some(pod) = cluster.pod_of_sandbox(&pa.namespace, &pa.name, pa.uid.as_deref(), wait)?
+        else {
             return Ok(None);
         };
         if let Some(uid) = &pa.uid

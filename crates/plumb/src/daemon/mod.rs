@@ -1,7 +1,7 @@
 //! `plumb daemon`: the CNI engine in a long-running process, serving the calls the `plumb` shim
-//! forwards (`shim`) over a unix socket (`/run/plumb/plumb.sock`, 0600, root), each run exactly
-//! as in thin mode but with the API client and its connection kept between calls (`client_pool`):
-//! no kubeconfig parsed, no TCP and TLS handshake (docs/performance.md). A daemon started on a
+//! forwards (`shim`) over a unix socket (`/run/plumb/plumb.sock`, 0600, root), each run as in
+//! thin mode but with its pod and NADs read from watch caches (`caches`), the API client and its
+//! connection kept between calls, and its events sent after the answer (docs/daemon.md). A daemon started on a
 //! served socket takes it over, as Multus's does (`socket`, `serve`); it can also keep plumb's
 //! CNI configuration and a kubeconfig on the node (`conf_writer`, `kubeconfig_writer`).
 
@@ -18,11 +18,12 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 
-use plumb_cluster::client_pool::ClientPool;
+use plumb_cluster::cached::Cached;
 use plumb_engine::paths;
 
 use crate::shim;
 
+mod caches;
 pub mod conf_writer;
 pub mod kubeconfig_writer;
 pub mod node_token;
@@ -82,6 +83,18 @@ pub struct Args {
         requires = "write_kubeconfig"
     )]
     pub node_token_check: u64,
+    /// The node this daemon runs on, as the kubelet registered it: the pods bound to it are
+    /// kept in the daemon's watch cache. Default: `$NODE_NAME`, else the host name.
+    #[arg(long, value_name = "NODE")]
+    pub node_name: Option<String>,
+    /// The kubeconfig the daemon watches pods and NADs with. Default: the pod's service
+    /// account when the daemon runs in a pod, else the kubeconfig the first call names.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Keep the NADs of these namespaces only (comma-separated; a NAD elsewhere is read with a
+    /// GET when a pod selects it). Default: all namespaces.
+    #[arg(long, value_name = "NAMESPACES", value_delimiter = ',')]
+    pub nad_namespaces: Vec<String>,
 }
 
 /// The files the daemon keeps on the node: a kubeconfig from its service account, and plumb's
@@ -173,13 +186,10 @@ impl NodeFiles {
 /// a call in thin mode takes too (`container_lock`). A DEL sent while the daemon still runs its
 /// ADD (the runtime gave up waiting and killed the shim) waits for it and undoes all of it, where
 /// in thin mode the ADD would have been killed part-way.
-#[derive(Default)]
 pub(super) struct Shared {
-    /// The API clients, kept between calls. NADs and pods are still read from the API on every
-    /// call (over the open connection), not from watch caches: a cache can be behind the API (a
-    /// NAD created just before its pod), and the GETs over an open connection cost little on
-    /// the measured bench (docs/daemon.md).
-    clients: Arc<ClientPool>,
+    /// The API clients kept between calls, the watch caches of pods and NADs the calls read
+    /// first, and the queue of the events they send after their answer.
+    connect: Cached,
     running: AtomicUsize,
     /// The uid that may call: the daemon's own (root on a node).
     uid: u32,
@@ -229,8 +239,10 @@ pub fn run(args: &Args) -> Result<(), CniError> {
     // Not the owner of /proc/self, which is root whenever the process is not dumpable.
     let uid = nix::unistd::geteuid().as_raw();
     let shared = Arc::new(Shared {
+        connect: caches::connect(args, &|v| std::env::var(v).ok())?,
+        running: AtomicUsize::new(0),
         uid,
-        ..Shared::default()
+        other_versions: Default::default(),
     });
     let socket = &args.socket;
     // Bound inside the runtime (tokio's listener needs one).

@@ -3,7 +3,6 @@
 //! the plugin's stdout and exit code; a connection closed by the runtime marks its call
 //! abandoned. A daemon whose socket was taken over stops accepting and drains its calls.
 
-use plumb_cluster::connect::Pooled;
 use plumb_engine::commands::{Caller, Plumb};
 use plumb_engine::routes::NetlinkRoutes;
 
@@ -176,7 +175,8 @@ type Offered = Arc<std::sync::Mutex<Option<(BTreeMap<String, String>, Vec<u8>)>>
 /// soon as it is read and run on the `POST /cni/go` that follows on the same connection, which
 /// the plugin sends only if the acknowledgement came in time (else it runs the call itself, and
 /// the daemon never does); `POST /cni` reads and runs a call at once (plugins of earlier
-/// versions); `GET /healthz` answers `ok`.
+/// versions); `GET /healthz` answers `ok` and a summary; `GET /caches` the caches' state as
+/// JSON.
 pub(super) async fn answer(
     request: Request<Incoming>,
     peer: Option<tokio::net::unix::UCred>,
@@ -197,10 +197,17 @@ pub(super) async fn answer(
             return Ok(reply(
                 StatusCode::OK,
                 format!(
-                    "ok: {} calls running, {} API clients idle\n",
+                    "ok: {} calls running, {} API clients idle; {}\n",
                     shared.running.load(Ordering::SeqCst),
-                    shared.clients.idle()
+                    shared.connect.pooled.0.idle(),
+                    super::caches::summary(&shared.connect)
                 ),
+            ));
+        }
+        ("GET", "/caches") => {
+            return Ok(reply(
+                StatusCode::OK,
+                super::caches::report(&shared.connect),
             ));
         }
         ("POST", shim::PATH | shim::OFFER_PATH) => plugin_version(&request, &shared),
@@ -372,10 +379,9 @@ pub(super) fn call(
     connection: Option<Arc<std::os::fd::OwnedFd>>,
     abandoned: Arc<AtomicBool>,
 ) -> (Vec<u8>, i32) {
-    let connect = Pooled(Arc::clone(&shared.clients));
     let plugin = Plumb {
         routes: &NetlinkRoutes,
-        connect: &connect,
+        connect: &shared.connect,
         caller: Caller::Forwarded {
             pid: caller,
             connection,

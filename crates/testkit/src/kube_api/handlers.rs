@@ -70,11 +70,26 @@ pub(crate) fn dispatch(shared: &Arc<Shared>, call: &Call<'_>) -> Reply {
         (Route::Collection { .. } | Route::Object { .. }, _) => resource(shared, route, call),
         (Route::TokenRequest { ns, name }, "POST") => super::tokens::create(shared, ns, name, call),
         (Route::TokenRequest { .. }, _) => Err(ApiError::method_not_allowed()),
+        (Route::Node(name), "GET") => node(shared, name),
+        (Route::Node(_), _) => Err(ApiError::method_not_allowed()),
         (Route::NotFound, _) => Err(ApiError::path_not_found()),
         (_, "GET") => Ok(discovery(shared, route)),
         _ => Err(ApiError::method_not_allowed()),
     };
     result.unwrap_or_else(|e| Reply::error(&e))
+}
+
+/// A Node registered with `register_node`, as the API server answers a GET of it (metadata
+/// only: the stand-in keeps no Node spec or status).
+fn node(shared: &Shared, name: &str) -> Result<Reply, ApiError> {
+    let uid = lock(&shared.node_uids).get(name).cloned();
+    let uid = uid.ok_or_else(|| ApiError::node_not_found(name))?;
+    let node = json!({
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "uid": uid, "resourceVersion": "1"},
+    });
+    Ok(Reply::json(200, node.to_string()))
 }
 
 fn discovery(shared: &Shared, route: Route) -> Reply {
@@ -116,6 +131,7 @@ fn discovery(shared: &Shared, route: Route) -> Reply {
         Route::Collection { .. }
         | Route::Object { .. }
         | Route::TokenRequest { .. }
+        | Route::Node(_)
         | Route::NotFound => {
             return Reply::error(&ApiError::path_not_found());
         }

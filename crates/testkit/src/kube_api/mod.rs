@@ -138,6 +138,7 @@ impl KubeApi {
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::default()),
             changes: tokio::sync::watch::Sender::new(0),
+            watches_held: tokio::sync::watch::Sender::new(false),
             tokens: Mutex::new(opts.tokens),
             issued: Mutex::new(Vec::new()),
             service_account_uids: Mutex::new(std::collections::BTreeMap::new()),
@@ -269,6 +270,13 @@ impl KubeApi {
             .map(|t| t.token.clone())
             .collect();
         lock(&self.shared.tokens).retain(|t| !bound_before.contains(t));
+    }
+
+    /// `true`: open watches deliver no more changes until `false`, when they deliver what they
+    /// held, as a watch cache that lags behind the writes (a kubelet can start a pod's sandbox
+    /// before a watcher on its node sees the pod). New watches still get their initial events.
+    pub fn hold_watches(&self, held: bool) {
+        self.shared.watches_held.send_replace(held);
     }
 
     /// Stops accepting a token: requests carrying it get 401 from now on.

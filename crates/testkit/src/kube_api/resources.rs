@@ -274,6 +274,9 @@ pub(crate) enum Route {
         ns: String,
         name: String,
     },
+    /// `/api/v1/nodes/{name}`: a Node registered with `register_node` (GET only; the stand-in
+    /// serves no other Node requests).
+    Node(String),
     NotFound,
 }
 
@@ -298,6 +301,7 @@ impl Route {
                 ns: (*ns).to_owned(),
                 name: (*name).to_owned(),
             },
+            ["api", "v1", "nodes", name] if !name.is_empty() => Route::Node((*name).to_owned()),
             ["api", "v1", rest @ ..] => Self::resource_path("", "v1", rest),
             ["apis", group] => Route::Group((*group).to_owned()),
             ["apis", group, version] => {

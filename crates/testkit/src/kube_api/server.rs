@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     pub store: Mutex<Store>,
     /// The store's resourceVersion after each write: watches wait on it.
     pub changes: watch::Sender<u64>,
+    /// While `true`, open watches deliver no changes (`KubeApi::hold_watches`).
+    pub watches_held: watch::Sender<bool>,
     pub tokens: Mutex<Vec<String>>,
     /// The tokens issued by TokenRequest, in order.
     pub issued: Mutex<Vec<super::tokens::IssuedToken>>,

@@ -66,6 +66,20 @@ impl ApiError {
         )
     }
 
+    /// 404 for the Node `name` (a core resource the stand-in serves only as `Route::Node`).
+    pub fn node_not_found(name: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("nodes {} not found", quote(name)),
+            Some(Details {
+                name: name.to_owned(),
+                kind: "nodes".to_owned(),
+                ..Details::default()
+            }),
+        )
+    }
+
     pub fn already_exists(res: Resource, name: &str) -> Self {
         let message = format!("{} {} already exists", res.group_resource(), quote(name));
         Self::new(

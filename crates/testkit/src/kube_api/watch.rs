@@ -228,7 +228,15 @@ async fn run(
     }
     let deadline = Instant::now() + timeout;
     let mut next_bookmark = Instant::now() + bookmark_interval;
+    let mut held = shared.watches_held.subscribe();
     loop {
+        while *held.borrow_and_update() {
+            tokio::select! {
+                changed = held.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep_until(deadline) => return,
+                () = tx.closed() => return,
+            }
+        }
         let batch = {
             let store = lock(&shared.store);
             match store.changes_since(last) {

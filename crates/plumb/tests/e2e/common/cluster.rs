@@ -16,6 +16,9 @@ pub const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
 
 /// A cluster of one node: the API stand-in with the cluster network and three NADs, a kubeconfig
 /// with a token file, the node's directories, and the host bridges the NADs use.
+/// The node the tests' pods are bound to (`spec.nodeName`), registered with the stand-in.
+pub const NODE: &str = "plumb-test-node";
+
 pub struct Cluster {
     pub api: KubeApi,
     pub node: Node,
@@ -110,6 +113,7 @@ impl Cluster {
                                 "dataDir": node.ipam_dir()}}),
             ),
         );
+        api.register_node(NODE, "node-uid-1");
         let token_file = node.path("token");
         let kubeconfig = api.write_kubeconfig(
             node.path("kubeconfig"),
@@ -126,13 +130,31 @@ impl Cluster {
         }
     }
 
+    /// How many connections to the API server carried the calls' requests: the daemon's
+    /// watches (its caches' lists, watches and Node lookup) have one of their own.
+    pub fn call_connections(&self) -> usize {
+        let watches = |r: &testkit::kube_api::LoggedRequest| {
+            r.method == "GET"
+                && (r.path.ends_with("/pods")
+                    || r.path.ends_with("/network-attachment-definitions")
+                    || r.path.starts_with("/api/v1/nodes/"))
+        };
+        let mut calls: Vec<u64> = (self.api.requests().iter())
+            .filter(|r| !watches(r))
+            .map(|r| r.connection)
+            .collect();
+        calls.sort();
+        calls.dedup();
+        calls.len()
+    }
+
     /// A pod in `ns` with these annotations; returns its UID.
     pub fn pod(&self, ns: &str, name: &str, annotations: Value) -> String {
         let pod = self.api.put(
             Resource::Pods,
             json!({"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"namespace": ns, "name": name, "annotations": annotations},
-                   "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+                   "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]}}),
         );
         pod["metadata"]["uid"].as_str().unwrap().to_string()
     }

@@ -337,7 +337,7 @@ fn a_daemon_started_beside_another_takes_over_its_socket_and_the_old_one_drains_
     ok(&add);
     assert!(forwarded(&add));
     old.wait_for("ADD of pod default/first (container o1) done");
-    assert_eq!(c.api.connections_accepted(), 1);
+    assert_eq!(c.call_connections(), 1);
 
     // The upgrade's new daemon, started while the old one serves (maxSurge).
     let new = Daemon::start(&socket);
@@ -361,7 +361,7 @@ fn a_daemon_started_beside_another_takes_over_its_socket_and_the_old_one_drains_
     ok(&add);
     assert!(forwarded(&add));
     new.wait_for("ADD of pod default/second (container t2) done");
-    assert_eq!(c.api.connections_accepted(), 2);
+    assert_eq!(c.call_connections(), 2);
     let del = c.call("DEL", &ns1, first, "o1");
     ok(&del);
     assert!(forwarded(&del));

@@ -152,7 +152,7 @@ fn the_daemon_keeps_its_connection_to_the_api_server_while_no_pod_comes() {
         ok(&c.call("DEL", &ns, pod, &cid));
         c.assert_nothing_left(&ns, &cid);
     }
-    assert_eq!(c.api.connections_accepted(), 1);
+    assert_eq!(c.call_connections(), 1);
 }
 
 #[test]
@@ -161,7 +161,20 @@ fn the_daemon_runs_an_exec_credential_plugin_again_only_once_its_credential_expi
     // expiring within that minute is fetched anew for the next call, one valid for an hour
     // serves every call. The plugin counts its runs in a file.
     for (n, lifetime_s, runs) in [(246, 30, 3), (247, 3600, 1)] {
-        let (c, _socket, _daemon) = served(n);
+        // The daemon watches with a kubeconfig of its own: the plugin's runs are the calls'.
+        let mut c = Cluster::new(n);
+        let socket = socket_of(&c);
+        let own = c.api.write_kubeconfig(
+            c.node.path("daemon-kubeconfig"),
+            testkit::kube_api::KubeconfigUser::Token,
+        );
+        let _daemon = Daemon::start_with(
+            &socket,
+            None,
+            &["--kubeconfig".as_ref(), own.as_os_str()],
+            &[],
+        );
+        through(&mut c, &socket);
         let counted = c.node.path("exec-runs");
         let script = format!(
             "echo run >> {counted}; printf '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\
@@ -232,7 +245,7 @@ fn pods_attach_through_the_daemon_on_one_connection_to_the_api_server() {
         c.assert_nothing_left(&ns, &cid);
     }
     // Thin mode connects (and shakes hands) once per ADD; the daemon kept its connection.
-    assert_eq!(c.api.connections_accepted(), 1);
+    assert_eq!(c.call_connections(), 1);
 
     let (status, stderr) = daemon.stop();
     assert!(status.success(), "{stderr}");
@@ -270,7 +283,7 @@ fn without_a_daemon_listening_the_plugin_runs_the_call_itself() {
     let _daemon = Daemon::start(&socket);
     assert_eq!(attached("n3"), ["10.231.2.4/24"]);
     assert_eq!(
-        c.api.connections_accepted(),
+        c.call_connections(),
         3,
         "two calls in thin mode, one connection of the daemon's"
     );
@@ -466,5 +479,6 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
     c.assert_node_clean("after every pod's DEL");
 }
 
+mod caches;
 mod lifecycle;
 mod node_files;

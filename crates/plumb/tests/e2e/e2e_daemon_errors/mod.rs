@@ -115,7 +115,7 @@ fn same_both_ways(
     pod: (&str, &str, &str),
     cid: &str,
 ) -> Seen {
-    let mut seen = Vec::new();
+    let mut seen: Vec<Seen> = Vec::new();
     for config in [thin(config), config.clone()] {
         let through = config.get("plumbDaemonSocket").is_some();
         let ns = Netns::new();
@@ -142,6 +142,15 @@ fn same_both_ways(
         } else {
             error_lines(&runtime_log)
         };
+        // Through the daemon, events are sent after the answer: as many as thin mode's, which
+        // ran first, are waited for.
+        if let [thin] = &seen[..] {
+            let want = events_before + thin.events.len();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while c.events_for(pod.0, pod.1).len() < want && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let events = c.events_for(pod.0, pod.1)[events_before..]
             .iter()
             .map(|e| {

@@ -1,0 +1,224 @@
+//! The daemon's watch caches: kube-rs reflectors of the pods bound to its node and of the
+//! NetworkAttachmentDefinitions, so that an ADD finds its pod (multi-net spec §4.1) and the NADs
+//! it selects (§4.1.2.1.4) without asking the API server. [`Caches`] is what calls read, with
+//! hits and misses counted; `watch` keeps the stores current on a thread of its own; `objects`
+//! is what a cached object keeps. A cache not synced yet answers nothing: calls then GET.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use kube::runtime::reflector::{ObjectRef, Store, store};
+use netattach::{NetworkAttachmentDefinition, NetworkRef};
+use serde::Serialize;
+
+use plumb_engine::plan::Pod;
+
+use crate::Say;
+
+pub mod objects;
+mod watch;
+
+use objects::{CachedNad, CachedPod};
+
+/// Where the caches' API client comes from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A kubeconfig: the daemon's `--kubeconfig`, or the one the first call's configuration
+    /// names. Read again, and the watches started again, when a file of it changes (a rotated
+    /// token).
+    Kubeconfig(PathBuf),
+    /// The pod's service account (`KUBERNETES_SERVICE_HOST`, the token kube-rs reads again as
+    /// the kubelet rotates it).
+    InCluster,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Kubeconfig(path) => write!(f, "kubeconfig {}", path.display()),
+            Source::InCluster => f.write_str("the pod's service account (in-cluster)"),
+        }
+    }
+}
+
+/// What the caches watch.
+#[derive(Clone, Debug)]
+pub struct Scope {
+    /// The node whose pods are kept (field selector `spec.nodeName`).
+    pub node: String,
+    /// The namespaces whose NADs are kept; empty: all.
+    pub nad_namespaces: Vec<String>,
+}
+
+/// The pods and NADs, as the watches last saw them.
+pub struct Caches {
+    source: Source,
+    scope: Scope,
+    pods: Kept<CachedPod>,
+    /// One per namespace watched, or one for all (`None`).
+    nads: Vec<(Option<String>, Kept<CachedNad>)>,
+    /// Whether the Node named by `scope.node` exists: `None` until the API server said.
+    node_found: Mutex<Option<bool>>,
+}
+
+/// One store and what is counted of it.
+struct Kept<K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    /// Set once the first list is in the store; it stays set while the watch resumes (the store
+    /// is then behind until it has, as an informer's is).
+    synced: AtomicBool,
+    events: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl<K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + 'static> Kept<K> {
+    fn new(store: Store<K>) -> Kept<K> {
+        Kept {
+            store,
+            synced: AtomicBool::new(false),
+            events: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// The object `namespace/name`, when synced.
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        if !self.synced.load(Ordering::Acquire) {
+            return None;
+        }
+        self.store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    fn count(&self, hit: bool) {
+        let counter = if hit { &self.hits } else { &self.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn report(&self) -> KeptReport {
+        KeptReport {
+            synced: self.synced.load(Ordering::Acquire),
+            objects: self.store.len(),
+            events: self.events.load(Ordering::Relaxed),
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The state of the caches, as the daemon shows it (`GET /caches` on its socket) and the
+/// metrics will.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Report {
+    pub source: String,
+    pub node: String,
+    /// Whether the API server has that Node: `None` until it answered.
+    pub node_found: Option<bool>,
+    pub pods: KeptReport,
+    /// The NADs' stores added up; `nad_namespaces` empty: all namespaces.
+    pub nads: KeptReport,
+    pub nad_namespaces: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct KeptReport {
+    /// The first list is in (calls are served from it).
+    pub synced: bool,
+    pub objects: usize,
+    /// Watch events applied (added, modified, deleted, listed).
+    pub events: u64,
+    /// Lookups the cache answered, and those it could not (a GET followed).
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl Caches {
+    /// Caches of `scope` from `source`, kept current from now on by a thread of their own
+    /// (`plumb-caches`), which says on `say` what it does and what fails.
+    pub fn start(source: Source, scope: Scope, say: Say) -> std::io::Result<Arc<Caches>> {
+        let (pods, pods_writer) = store::<CachedPod>();
+        let namespaces: Vec<Option<String>> = if scope.nad_namespaces.is_empty() {
+            vec![None]
+        } else {
+            scope.nad_namespaces.iter().cloned().map(Some).collect()
+        };
+        let mut nads = Vec::new();
+        let mut nad_writers = Vec::new();
+        for ns in namespaces {
+            let (reader, writer) = store::<CachedNad>();
+            nads.push((ns.clone(), Kept::new(reader)));
+            nad_writers.push((ns, writer));
+        }
+        let caches = Arc::new(Caches {
+            source,
+            scope,
+            pods: Kept::new(pods),
+            nads,
+            node_found: Mutex::new(None),
+        });
+        let watched = Arc::clone(&caches);
+        std::thread::Builder::new()
+            .name("plumb-caches".into())
+            .spawn(move || watch::run(watched, pods_writer, nad_writers, say))?;
+        Ok(caches)
+    }
+
+    /// The pod `namespace/name` of the sandbox whose runtime gave `uid`, when the cache holds
+    /// it: not another pod of that name (recreated: its UID differs), unless a static pod's
+    /// mirror (whose API UID is never the runtime's).
+    pub fn pod(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Pod> {
+        let found = self
+            .pods
+            .get(namespace, name)
+            .map(|p| p.to_pod())
+            .filter(|p| uid.is_none_or(|u| u == p.uid) || p.is_static());
+        self.pods.count(found.is_some());
+        found
+    }
+
+    /// The NAD `r`, when a cache that watches its namespace holds it.
+    pub fn nad(&self, r: &NetworkRef) -> Option<NetworkAttachmentDefinition> {
+        let kept = self
+            .nads
+            .iter()
+            .find(|(ns, _)| ns.as_deref().is_none_or(|ns| ns == r.namespace))
+            .map(|(_, kept)| kept);
+        let found = kept.and_then(|k| k.get(&r.namespace, &r.name)?.to_nad());
+        // Counted where the NAD could have been: a namespace not watched is no miss of a cache.
+        if let Some(k) = kept {
+            k.count(found.is_some());
+        }
+        found
+    }
+
+    /// Whether every store has its first list.
+    pub fn synced(&self) -> bool {
+        self.pods.synced.load(Ordering::Acquire)
+            && (self.nads.iter()).all(|(_, k)| k.synced.load(Ordering::Acquire))
+    }
+
+    pub fn report(&self) -> Report {
+        let mut nads = KeptReport {
+            synced: true,
+            ..KeptReport::default()
+        };
+        for (_, k) in &self.nads {
+            let r = k.report();
+            nads.synced &= r.synced;
+            nads.objects += r.objects;
+            nads.events += r.events;
+            nads.hits += r.hits;
+            nads.misses += r.misses;
+        }
+        Report {
+            source: self.source.to_string(),
+            node: self.scope.node.clone(),
+            node_found: *self.node_found.lock().unwrap_or_else(|p| p.into_inner()),
+            pods: self.pods.report(),
+            nads,
+            nad_namespaces: self.scope.nad_namespaces.clone(),
+        }
+    }
+}

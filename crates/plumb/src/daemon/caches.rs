@@ -1,0 +1,185 @@
+//! The daemon's watch caches, set up from its flags: the node whose pods it keeps
+//! (`--node-name`, `$NODE_NAME`, the host name), the identity it watches with (`--kubeconfig`,
+//! the pod's service account, or the kubeconfig the first call names), the NADs' namespaces; and
+//! what it shows of them (`GET /caches` on its socket). The caches are plumb-cluster's.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cni::error::{CniError, ErrorCode};
+use plumb_cluster::Say;
+use plumb_cluster::cached::{Cached, CachesFor};
+use plumb_cluster::caches::{Caches, Scope, Source};
+use plumb_cluster::client_pool::ClientPool;
+use plumb_cluster::connect::Pooled;
+use plumb_cluster::events::EventQueue;
+
+use super::{Args, say};
+
+/// The calls' connection to the cluster: the kept clients, the caches, the event queue.
+pub(super) fn connect(
+    args: &Args,
+    getenv: &dyn Fn(&str) -> Option<String>,
+) -> Result<Cached, CniError> {
+    let node = node_name(args.node_name.as_deref(), getenv)?;
+    for ns in &args.nad_namespaces {
+        netattach::names::validate_label(ns).map_err(|e| {
+            CniError::new(
+                ErrorCode::InvalidConfig,
+                format!("--nad-namespaces: {ns:?}: {e}"),
+            )
+        })?;
+    }
+    let scope = Scope {
+        node,
+        nad_namespaces: args.nad_namespaces.clone(),
+    };
+    let said: Say = Arc::new(|line: std::fmt::Arguments<'_>| say(line));
+    let started =
+        |e: std::io::Error| CniError::new(ErrorCode::Internal, format!("starting the caches: {e}"));
+    let which = if scope.nad_namespaces.is_empty() {
+        "all namespaces".to_string()
+    } else {
+        format!("namespaces {}", scope.nad_namespaces.join(", "))
+    };
+    let caches = match source(args.kubeconfig.as_deref(), getenv) {
+        Some(source) => {
+            say(format_args!(
+                "caches: watching the pods of node {:?} and the NADs of {which} with {source}",
+                scope.node
+            ));
+            CachesFor::Every(Caches::start(source, scope, Arc::clone(&said)).map_err(started)?)
+        }
+        None => {
+            say(format_args!(
+                "caches: will watch the pods of node {:?} and the NADs of {which} once a call \
+                 names a kubeconfig",
+                scope.node
+            ));
+            CachesFor::FirstKubeconfig {
+                scope,
+                say: Arc::clone(&said),
+                started: Default::default(),
+            }
+        }
+    };
+    let pool = Arc::new(ClientPool::default());
+    let events = EventQueue::start(Arc::clone(&pool), said).map_err(started)?;
+    Ok(Cached {
+        pooled: Pooled(pool),
+        caches,
+        events: Arc::new(events),
+    })
+}
+
+/// `--node-name`, else `$NODE_NAME` (the DaemonSet sets it from `spec.nodeName`), else the
+/// host name in lower case, as the kubelet registers it by default.
+fn node_name(
+    flag: Option<&str>,
+    getenv: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, CniError> {
+    let (name, from) = match flag {
+        Some(n) => (n.to_string(), "--node-name"),
+        None => match getenv("NODE_NAME").filter(|n| !n.is_empty()) {
+            Some(n) => (n, "NODE_NAME"),
+            None => (
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .unwrap_or_default()
+                    .trim()
+                    .to_lowercase(),
+                "the host name",
+            ),
+        },
+    };
+    // Part of a field selector: a name with `,` or `=` would select something else.
+    netattach::names::validate_subdomain(&name).map_err(|e| {
+        CniError::new(
+            ErrorCode::InvalidConfig,
+            format!(
+                "the node name from {from}, {:?}: {e}; give the node's name as the kubelet \
+                 registered it with --node-name",
+                cni::quote::cut(&name, cni::quote::VALUE)
+            ),
+        )
+    })?;
+    Ok(name)
+}
+
+/// The daemon's own identity: `--kubeconfig`, else the pod's service account when it runs in a
+/// pod; `None`: the kubeconfig of the first call.
+fn source(kubeconfig: Option<&Path>, getenv: &dyn Fn(&str) -> Option<String>) -> Option<Source> {
+    match kubeconfig {
+        Some(path) => Some(Source::Kubeconfig(path.to_path_buf())),
+        None => getenv("KUBERNETES_SERVICE_HOST")
+            .filter(|h| !h.is_empty())
+            .map(|_| Source::InCluster),
+    }
+}
+
+/// The caches' state and the events' counts, as JSON (`GET /caches`).
+pub(super) fn report(connect: &Cached) -> String {
+    let (sent, failed, dropped) = connect.events.counts();
+    let caches = connect.caches().map(|c| c.report());
+    let report = serde_json::json!({
+        "started": caches.is_some(),
+        "caches": caches,
+        "events": {"sent": sent, "failed": failed, "dropped": dropped},
+    });
+    format!("{report}\n")
+}
+
+/// One line of it for `GET /healthz`.
+pub(super) fn summary(connect: &Cached) -> String {
+    match connect.caches().map(|c| c.report()) {
+        None => "caches not started (no call has named a kubeconfig yet)".to_string(),
+        Some(r) => format!(
+            "caches: pods of node {} {} ({} kept, {} hits, {} misses), NADs {} ({} kept, {} \
+             hits, {} misses)",
+            r.node,
+            if r.pods.synced {
+                "synced"
+            } else {
+                "not synced"
+            },
+            r.pods.objects,
+            r.pods.hits,
+            r.pods.misses,
+            if r.nads.synced {
+                "synced"
+            } else {
+                "not synced"
+            },
+            r.nads.objects,
+            r.nads.hits,
+            r.nads.misses
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_name_comes_from_the_flag_then_the_environment_and_must_be_a_name() {
+        let env = |v: &str| (v == "NODE_NAME").then(|| "from-env".to_string());
+        assert_eq!(node_name(Some("n1"), &env).unwrap(), "n1");
+        assert_eq!(node_name(None, &env).unwrap(), "from-env");
+        let e = node_name(Some("a,b"), &env).unwrap_err();
+        assert!(
+            e.msg.contains("--node-name") && e.msg.contains("\"a,b\""),
+            "{e}"
+        );
+        let e = node_name(None, &|_| Some("x=y".into())).unwrap_err();
+        assert!(e.msg.contains("NODE_NAME"), "{e}");
+    }
+
+    #[test]
+    fn the_identity_is_the_flag_then_the_pod_then_the_first_call() {
+        let in_pod = |v: &str| (v == "KUBERNETES_SERVICE_HOST").then(|| "10.0.0.1".to_string());
+        let k = Path::new("/k");
+        assert!(matches!(source(Some(k), &in_pod), Some(Source::Kubeconfig(p)) if p == k));
+        assert!(matches!(source(None, &in_pod), Some(Source::InCluster)));
+        assert!(source(None, &|_| None).is_none());
+    }
+}
