@@ -25,10 +25,12 @@ use crate::events::{EventQueue, Queued};
 /// Which caches serve a call.
 pub enum CachesFor {
     /// Caches from the daemon's own identity (`--kubeconfig`, in-cluster): every call with a
-    /// kubeconfig.
+    /// kubeconfig (one node, one cluster: a call whose kubeconfig names another cluster's API
+    /// server would be served this one's objects).
     Every(Arc<Caches>),
     /// Caches from the kubeconfig the first call's configuration names, started then: the calls
-    /// that name the same one (another may be another cluster's).
+    /// that name the same one (another may be another cluster's). For good: a daemon whose
+    /// calls name another kubeconfig later is to be given `--kubeconfig`.
     FirstKubeconfig {
         scope: Scope,
         say: Say,
@@ -65,7 +67,11 @@ impl Cached {
                         match Caches::start(source, scope.clone(), Arc::clone(say)) {
                             Ok(c) => Some((kubeconfig.to_path_buf(), c)),
                             Err(e) => {
-                                say(format_args!("caches: cannot start: {e}"));
+                                say(format_args!(
+                                    "caches: cannot start with {}: {e}; calls read their pod \
+                                     and NADs with GETs",
+                                    kubeconfig.display()
+                                ));
                                 None
                             }
                         }
@@ -189,9 +195,15 @@ impl Cluster for Served {
         .into_iter();
         cached
             .into_iter()
-            .map(|c| match c {
+            .zip(refs)
+            .map(|(c, r)| match c {
                 Some(nad) => Ok(Some(nad)),
-                None => fetched.next().unwrap_or(Ok(None)),
+                None => fetched.next().unwrap_or_else(|| {
+                    Err(CniError::new(
+                        cni::error::ErrorCode::Internal,
+                        format!("network-attachment-definition {r}: no answer among the API's"),
+                    ))
+                }),
             })
             .collect()
     }

@@ -1,7 +1,7 @@
 //! The daemon's events, sent after the call that made them has its answer: `AddedInterface`
-//! and the failure warnings go into a bounded queue that one thread empties, one attempt each,
-//! bounded in time, so that an API server slow to take events never delays or fails a call.
-//! What could not be queued or sent is counted and said.
+//! and the failure warnings go into a bounded queue that one thread empties with a client of its
+//! own, one attempt each, bounded in time, so that an API server slow to take events never
+//! delays or fails a call. What could not be queued or sent is counted and said.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +13,6 @@ use plumb_engine::cluster::Cluster;
 use plumb_engine::plan::Pod;
 
 use crate::Say;
-use crate::client_pool::ClientPool;
 use crate::kube::KubeCluster;
 
 /// The most events waiting: a few calls' worth per container the node can start at once. More
@@ -52,14 +51,14 @@ struct Counts {
 }
 
 impl EventQueue {
-    /// The queue, emptied by a thread of its own (`plumb-events`) with clients from `pool`.
-    pub fn start(pool: Arc<ClientPool>, say: Say) -> std::io::Result<EventQueue> {
+    /// The queue, emptied by a thread of its own (`plumb-events`).
+    pub fn start(say: Say) -> std::io::Result<EventQueue> {
         let (queue, events) = sync_channel(CAPACITY);
         let counts = Arc::new(Counts::default());
         let (sender_counts, sender_say) = (Arc::clone(&counts), Arc::clone(&say));
         std::thread::Builder::new()
             .name("plumb-events".into())
-            .spawn(move || send_all(events, &pool, &sender_counts, &sender_say))?;
+            .spawn(move || send_all(events, &sender_counts, &sender_say))?;
         Ok(EventQueue {
             queue,
             counts,
@@ -70,20 +69,19 @@ impl EventQueue {
 
     /// Queues `event`; dropped (counted, and said now and then) when the queue is full.
     pub fn push(&self, event: Queued) {
-        match self.queue.try_send(event) {
-            Ok(()) => {}
-            Err(TrySendError::Full(e) | TrySendError::Disconnected(e)) => {
-                let dropped = self.counts.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                let mut said = self.said_dropped.lock().unwrap_or_else(|p| p.into_inner());
-                if said.is_none_or(|at| at.elapsed() >= SAY_AGAIN_AFTER) {
-                    *said = Some(Instant::now());
-                    (self.say)(format_args!(
-                        "events: {CAPACITY} events wait to be sent already; dropped the {} \
-                         event on pod {}/{} ({dropped} dropped so far)",
-                        e.reason, e.pod.namespace, e.pod.name
-                    ));
-                }
-            }
+        let (e, why) = match self.queue.try_send(event) {
+            Ok(()) => return,
+            Err(TrySendError::Full(e)) => (e, format!("{CAPACITY} events wait to be sent already")),
+            Err(TrySendError::Disconnected(e)) => (e, "the event sender is gone".to_string()),
+        };
+        let dropped = self.counts.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut said = self.said_dropped.lock().unwrap_or_else(|p| p.into_inner());
+        if said.is_none_or(|at| at.elapsed() >= SAY_AGAIN_AFTER) {
+            *said = Some(Instant::now());
+            (self.say)(format_args!(
+                "events: {why}; dropped the {} event on pod {}/{} ({dropped} dropped so far)",
+                e.reason, e.pod.namespace, e.pod.name
+            ));
         }
     }
 
@@ -98,17 +96,23 @@ impl EventQueue {
     }
 }
 
-/// Sends the queued events one by one until the queue is gone.
-fn send_all(events: Receiver<Queued>, pool: &ClientPool, counts: &Counts, say: &Say) {
+/// Sends the queued events one by one until the queue is gone, with a client of its own (not
+/// the calls': a call would then find none kept and make one), kept while the kubeconfig it was
+/// made from names the same files with the same contents.
+fn send_all(events: Receiver<Queued>, counts: &Counts, say: &Say) {
     let mut said_failed: Option<Instant> = None;
+    let mut kept: Option<KubeCluster> = None;
     while let Ok(e) = events.recv() {
-        let client = match pool.take(&e.kubeconfig, EVENT_BUDGET) {
-            Some(c) => Ok(c),
-            None => KubeCluster::with_budget(&e.kubeconfig, EVENT_BUDGET),
+        let client = match kept.take() {
+            Some(mut c) if c.kubeconfig() == e.kubeconfig && c.unchanged() => {
+                c.begin_call(EVENT_BUDGET);
+                Ok(c)
+            }
+            _ => KubeCluster::with_budget(&e.kubeconfig, EVENT_BUDGET),
         };
         let sent = client.and_then(|c| {
             let sent = c.event(&e.pod, &e.kind, &e.reason, &e.message);
-            pool.give(c);
+            kept = Some(c);
             sent
         });
         match sent {

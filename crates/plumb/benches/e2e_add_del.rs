@@ -12,7 +12,9 @@
 //! Needs root and Debian's containernetworking-plugins; skips (exit 0) otherwise.
 //! Run: `cargo bench -p plumb --bench e2e_add_del` (ITERATIONS=N per run, default 300; PAUSE_MS,
 //! an untimed pause before each ADD and each DEL, default 0; API_LATENCY_US, added to every
-//! answer of the API stand-in, default 0; API_HTTP1=1, the stand-in without HTTP/2; PLUMB, the
+//! answer of the API stand-in, default 0; API_HTTP1=1, the stand-in without HTTP/2; DAEMON=1,
+//! through `plumb daemon` with its watch caches, thin mode and the same calls posted straight to
+//! the daemon's socket (the shim's own cost is the difference) measured in the same run; PLUMB, the
 //! path of another plumb build to measure in its place; CONFIG=readme, plumb configured as the
 //! README recommends: the default network a file named by path and the pod's annotations given
 //! by the runtime, instead of the default network a NAD and the pod read from the API). A DEL's
@@ -36,6 +38,8 @@ use testkit::kube_api::{Fault, FaultKind, KubeApi, KubeApiOptions, KubeconfigUse
 use testkit::netns::{Link, Netns, unique_name};
 
 const PLUGINS: &str = "/usr/lib/cni";
+/// The node the bench's pod is bound to, whose pods the daemon keeps.
+const NODE: &str = "bench-node";
 const PLUMB: &str = env!("CARGO_BIN_EXE_plumb");
 
 /// The plumb binary to measure: `$PLUMB` when set (another build, to compare in the same
@@ -233,19 +237,21 @@ fn main() {
                    "spec": {"config": conf.to_string()}}),
         );
     }
+    api.register_node(NODE, "bench-node-uid");
     let pod = api.put(
         Resource::Pods,
         json!({"apiVersion": "v1", "kind": "Pod",
                "metadata": {"namespace": "default", "name": "bench",
                             "annotations": {"k8s.v1.cni.cncf.io/networks": "net-a,other-ns/net-b@mv1"}},
-               "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+               "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "x"}]}}),
     );
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
     let kubeconfig = api.write_kubeconfig(dir.path().join("kubeconfig"), KubeconfigUser::Token);
-    // DAEMON=1: `plumb daemon` serves the calls, which the plugin (the shim) forwards to it.
+    // DAEMON=1: `plumb daemon` serves the calls, which the plugin (the shim) forwards to it,
+    // its watch caches holding the pod and the NADs; thin mode is measured in the same run.
     let daemon = std::env::var("DAEMON")
         .is_ok_and(|v| v == "1")
-        .then(|| Daemon::start(&dir.path().join("plumb.sock")));
+        .then(|| Daemon::start(&dir.path().join("plumb.sock"), &kubeconfig));
     // By default the default network is a NAD and plumb reads the pod from the API: the
     // headline, as measured since the bench began. CONFIG=readme: the configuration the README
     // recommends, the default network a file (`clusterNetwork` a path, as in Multus's
@@ -270,12 +276,17 @@ fn main() {
             o.remove("capabilities");
             o.remove("runtimeConfig");
         }
+        c.to_string()
+    };
+    let through_daemon = |config: &str| {
+        let mut c: Value = serde_json::from_str(config).unwrap();
         if let Some(d) = &daemon {
             c["plumbDaemonSocket"] = json!(d.socket);
         }
         c.to_string()
     };
-    let quiet = config("error");
+    let thin = config("error");
+    let quiet = through_daemon(&thin);
     let plumb_bin = plumb_binary();
     let args =
         format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=bench;K8S_POD_UID={uid}");
@@ -317,13 +328,67 @@ fn main() {
     // One netns for the whole run (the headline), which leaves the kernel no netns to clean up
     // while the calls run; then each pod in a netns of its own, as a runtime gives one to every
     // sandbox. See `measure` for why the first is the one to judge plumb by.
-    let quietly = |command: &str, cid: &str, netns: &str| {
-        plumb(command, cid, netns, &quiet);
+    let add_del = |conf: &'static str| -> Run<'_> {
+        let conf = if conf == "thin" { &thin } else { &quiet };
+        Box::new(move |cid: &str, netns: &str, pause: Duration| {
+            let t = Instant::now();
+            plumb("ADD", cid, netns, conf);
+            let add = t.elapsed();
+            std::thread::sleep(pause);
+            let t = Instant::now();
+            plumb("DEL", cid, netns, conf);
+            (add, t.elapsed())
+        })
     };
+    let mut arms: Vec<Arm> = vec![
+        Arm {
+            name: "direct",
+            run: Box::new(|cid: &str, netns: &str, pause: Duration| {
+                direct.add_del(cid, netns, pause)
+            }),
+        },
+        Arm {
+            name: if daemon.is_some() { "daemon" } else { "thin" },
+            run: add_del("quiet"),
+        },
+    ];
+    if let Some(d) = &daemon {
+        // Thin mode in the same run, and the daemon's own time for the call: the call posted to
+        // its socket by the bench itself, as the shim would, but with no process started.
+        arms.push(Arm {
+            name: "thin",
+            run: add_del("thin"),
+        });
+        let posted = |command: &str, cid: &str, netns: &str| {
+            d.post(
+                &[
+                    ("CNI_COMMAND", command),
+                    ("CNI_CONTAINERID", cid),
+                    ("CNI_NETNS", netns),
+                    ("CNI_IFNAME", "eth0"),
+                    ("CNI_PATH", PLUGINS),
+                    ("CNI_ARGS", &args),
+                ],
+                quiet.as_bytes(),
+            )
+        };
+        arms.push(Arm {
+            name: "daemon without the shim",
+            run: Box::new(move |cid: &str, netns: &str, pause: Duration| {
+                let t = Instant::now();
+                posted("ADD", cid, netns);
+                let add = t.elapsed();
+                std::thread::sleep(pause);
+                let t = Instant::now();
+                posted("DEL", cid, netns);
+                (add, t.elapsed())
+            }),
+        });
+    }
     let shared_ns = Netns::new();
-    let shared = measure(iterations, pause, Some(&shared_ns), &quietly, &direct);
+    let shared = measure(iterations, pause, Some(&shared_ns), &arms);
     drop(shared_ns);
-    let per_pod = measure(iterations, pause, None, &quietly, &direct);
+    let per_pod = measure(iterations, pause, None, &arms[..2]);
 
     // VERSION: plumb's start-up against a Go plugin's.
     let version = |bin: &str| {
@@ -423,6 +488,17 @@ fn main() {
         ms(latency)
     );
     shared.print("one netns for the whole run: plumb's own cost (the headline)");
+    if daemon.is_some() {
+        let (add, del) = shared.difference(1, 2);
+        println!(
+            "    the daemon against thin mode, the iterations' median difference: ADD {add:+.2} ms, DEL {del:+.2} ms"
+        );
+        let (add, del) = shared.difference(1, 3);
+        println!(
+            "    the shim's own cost (through the shim minus the same call posted to the \
+             daemon's socket): ADD {add:+.2} ms, DEL {del:+.2} ms"
+        );
+    }
     per_pod.print("each pod in a netns of its own, as a runtime runs pods back to back");
     println!(
         "  VERSION plumb {:.2} ms, bridge {:.2} ms, ratio {:.3}",
@@ -437,7 +513,7 @@ fn main() {
     if let Some(kib) = daemon_rss_kib {
         println!("  peak RSS of plumb daemon over the run: {kib} KiB");
     }
-    println!("  an ADD as plumb's debug log splits it (medians): {timings}");
+    println!("  an ADD in thin mode as plumb's debug log splits it (medians): {timings}");
     match size {
         Some(s) => println!("  target/release/plumb without its symbols: {s} bytes"),
         None => println!("  target/release/plumb: not built, or no `strip` to measure it"),
@@ -450,8 +526,9 @@ fn main() {
         "plumb": plumb_bin,
         "shared_netns": shared.json(),
         "per_pod_netns": per_pod.json(),
-        "median_paired_ratio": shared.paired_ratio(),
-        "median_paired_ratio_interval95": shared.interval(),
+        "median_paired_ratio": shared.paired_ratio(1),
+        "median_paired_ratio_interval95": shared.interval(1),
+        "shim_cost_ms": daemon.is_some().then(|| shared.difference(1, 3)),
         "pause_ms": ms(pause),
         "api_latency_ms": ms(latency),
         "version_plumb_median_ms": ms(vp),
@@ -477,7 +554,9 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(socket: &Path) -> Daemon {
+    /// Started with its watch caches (from `kubeconfig`, for [`NODE`]), returned once they
+    /// hold the bench's pod.
+    fn start(socket: &Path, kubeconfig: &Path) -> Daemon {
         // A clean environment, as a service manager gives it: the delegates the daemon runs
         // inherit it, and cargo's LD_LIBRARY_PATH (seven directories) made every dynamically
         // linked delegate search them all for its libraries, 0.4 ms more per delegate.
@@ -487,6 +566,9 @@ impl Daemon {
             .arg("daemon")
             .arg("--socket")
             .arg(socket)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--node-name", NODE])
             .stderr(Stdio::null())
             .spawn()
             .expect("plumb daemon starts");
@@ -495,10 +577,54 @@ impl Daemon {
             assert!(Instant::now() < deadline, "plumb daemon did not listen");
             std::thread::sleep(Duration::from_millis(10));
         }
-        Daemon {
+        let daemon = Daemon {
             child,
             socket: socket.to_path_buf(),
+        };
+        loop {
+            let (_, body) = daemon.request("GET", "/caches", &[]);
+            let r: Value = serde_json::from_slice(&body).unwrap();
+            if r["caches"]["pods"]["objects"] == 1 && r["caches"]["nads"]["synced"] == true {
+                break daemon;
+            }
+            assert!(Instant::now() < deadline, "the daemon's caches: {r}");
+            std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// One HTTP/1.1 request on a connection of its own: the answer's headers and body.
+    fn request(&self, method: &str, path: &str, body: &[u8]) -> (String, Vec<u8>) {
+        use std::io::Read;
+        let mut s = std::os::unix::net::UnixStream::connect(&self.socket).unwrap();
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: plumb\r\nConnection: close\r\n\
+             Content-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        s.write_all(body).unwrap();
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).unwrap();
+        let at = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let head = String::from_utf8_lossy(&answer[..at]).into_owned();
+        (head, answer[at + 4..].to_vec())
+    }
+
+    /// A CNI call posted to the daemon as the shim forwards it (`POST /cni`: the `CNI_*`
+    /// variables as a line of JSON, then stdin), asserted to succeed.
+    fn post(&self, env: &[(&str, &str)], stdin: &[u8]) {
+        let vars: serde_json::Map<String, Value> =
+            env.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        let mut body = serde_json::to_vec(&vars).unwrap();
+        body.push(b'\n');
+        body.extend_from_slice(stdin);
+        let (head, out) = self.request("POST", "/cni", &body);
+        assert!(
+            head.to_ascii_lowercase().contains("plumb-exit-code: 0"),
+            "{head}\n{}",
+            String::from_utf8_lossy(&out)
+        );
     }
 
     /// Its peak resident set (VmHWM).
@@ -536,19 +662,28 @@ fn stripped_size(binary: &Path, scratch: &Path) -> Option<u64> {
     stripped.then(|| std::fs::metadata(&copy).ok().map(|m| m.len()))?
 }
 
-/// The times of one interleaved run: each iteration runs the pod through plumb and directly,
-/// in alternating order.
-struct Samples {
-    /// Each iteration's ADD and DEL, through plumb and directly.
-    plumb_add: Vec<Duration>,
-    plumb_del: Vec<Duration>,
-    direct_add: Vec<Duration>,
-    direct_del: Vec<Duration>,
+/// One way of running the pod's ADD and DEL: the delegates directly, or through plumb in one
+/// of its modes. Its ADD's and DEL's times.
+struct Arm<'a> {
+    name: &'static str,
+    run: Run<'a>,
 }
 
-/// `iterations` interleaved ADD+DEL of the pod through plumb and directly. With `shared`, every
-/// run uses that netns; without, each run gets a netns of its own, made just before its ADD and
-/// deleted just after its DEL (untimed), as a runtime makes one per sandbox.
+/// ADD then, after the pause, DEL of sandbox `cid` in `netns`: their times.
+type Run<'a> = Box<dyn Fn(&str, &str, Duration) -> (Duration, Duration) + 'a>;
+
+/// The times of one interleaved run: each iteration runs the pod every way, in an order drawn
+/// anew each iteration. The first way is the baseline (the delegates directly).
+struct Samples {
+    names: Vec<&'static str>,
+    /// Each way's ADD and DEL of each iteration.
+    add: Vec<Vec<Duration>>,
+    del: Vec<Vec<Duration>>,
+}
+
+/// `iterations` interleaved ADD+DEL of the pod in each of `arms`. With `shared`, every run uses
+/// that netns; without, each run gets a netns of its own, made just before its ADD and deleted
+/// just after its DEL (untimed), as a runtime makes one per sandbox.
 ///
 /// The kernel cleans a deleted netns up asynchronously, and a DEL that comes within some tens of
 /// ms waits behind that clean-up (`rcu_barrier`), 3–7 ms. When both runs of an iteration shared
@@ -559,22 +694,35 @@ struct Samples {
 /// leaves the clean-up more time, so its DEL comes out faster than the direct one. That favours
 /// plumb, and pods on a node are not deleted in step with each other; so the shared netns, where
 /// nothing overlaps, is the measure of plumb's own cost.
-fn measure(
-    iterations: usize,
-    pause: Duration,
-    shared: Option<&Netns>,
-    plumb: &dyn Fn(&str, &str, &str),
-    direct: &Delegates,
-) -> Samples {
+fn measure(iterations: usize, pause: Duration, shared: Option<&Netns>, arms: &[Arm]) -> Samples {
     let mut s = Samples {
-        plumb_add: vec![],
-        plumb_del: vec![],
-        direct_add: vec![],
-        direct_del: vec![],
+        names: arms.iter().map(|a| a.name).collect(),
+        add: vec![Vec::new(); arms.len()],
+        del: vec![Vec::new(); arms.len()],
     };
     let tag = if shared.is_some() { "s" } else { "p" };
+    // A run pays for what the kernel still does after the run before it (a DEL's links are
+    // freed after an RCU grace period): with two ways, alternating which goes first evens that
+    // out; with more, an order that only turned would give each way the same one before it
+    // (measured: the shim's DEL 3 ms dearer behind the direct run's). Drawn with a fixed-seed
+    // xorshift generator, so that every run of the bench draws the same orders.
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
     for i in 0..iterations {
-        for through_plumb in [i % 2 == 0, i % 2 == 1] {
+        let mut order: Vec<usize> = (0..arms.len()).collect();
+        if arms.len() == 2 {
+            order.rotate_left(i % 2);
+        } else {
+            for k in (1..order.len()).rev() {
+                order.swap(k, (next() % (k as u64 + 1)) as usize);
+            }
+        }
+        for which in order {
             let own = shared.is_none().then(Netns::new);
             let netns = own
                 .as_ref()
@@ -584,20 +732,9 @@ fn measure(
                 .display()
                 .to_string();
             std::thread::sleep(pause);
-            if through_plumb {
-                let cid = format!("bench-{tag}p{i}");
-                let t = Instant::now();
-                plumb("ADD", &cid, &netns);
-                s.plumb_add.push(t.elapsed());
-                std::thread::sleep(pause);
-                let t = Instant::now();
-                plumb("DEL", &cid, &netns);
-                s.plumb_del.push(t.elapsed());
-            } else {
-                let (add, del) = direct.add_del(&format!("bench-{tag}d{i}"), &netns, pause);
-                s.direct_add.push(add);
-                s.direct_del.push(del);
-            }
+            let (add, del) = (arms[which].run)(&format!("bench-{tag}{which}-{i}"), &netns, pause);
+            s.add[which].push(add);
+            s.del[which].push(del);
         }
     }
     s
@@ -608,90 +745,96 @@ fn total(add: &[Duration], del: &[Duration]) -> Vec<Duration> {
 }
 
 impl Samples {
-    /// Each iteration's own ratio, plumb over direct, of iterations `i % 2 == parity` (or all).
-    fn ratios(&self, parity: Option<usize>) -> Vec<f64> {
-        let p = total(&self.plumb_add, &self.plumb_del);
-        let d = total(&self.direct_add, &self.direct_del);
+    /// Each iteration's own ratio of way `k` over the baseline, sorted.
+    fn ratios(&self, k: usize) -> Vec<f64> {
+        let p = total(&self.add[k], &self.del[k]);
+        let d = total(&self.add[0], &self.del[0]);
         let mut r: Vec<f64> = (0..p.len())
-            .filter(|i| parity.is_none_or(|k| i % 2 == k))
             .map(|i| p[i].as_secs_f64() / d[i].as_secs_f64())
             .collect();
         r.sort_by(f64::total_cmp);
         r
     }
 
-    /// The median of the iterations' ratios: the two runs of an iteration share the machine's
-    /// load of that moment, so this is the figure the goal is read from.
-    fn paired_ratio(&self) -> f64 {
-        let r = self.ratios(None);
+    /// The median of the iterations' ratios of way `k`: the runs of an iteration share the
+    /// machine's load of that moment, so this is the figure the goal is read from.
+    fn paired_ratio(&self, k: usize) -> f64 {
+        let r = self.ratios(k);
         r[r.len() / 2]
     }
 
     /// How far the median can be trusted: a 95% bootstrap interval.
-    fn interval(&self) -> [f64; 2] {
-        let (lo, hi) = median_interval(&self.ratios(None));
+    fn interval(&self, k: usize) -> [f64; 2] {
+        let (lo, hi) = median_interval(&self.ratios(k));
         [lo, hi]
     }
 
-    fn medians(&self) -> [f64; 6] {
+    /// The median of the iterations' differences of way `a` and way `b`, ADD and DEL, in ms.
+    fn difference(&self, a: usize, b: usize) -> (f64, f64) {
+        let d = |x: &[Duration], y: &[Duration]| {
+            let mut v: Vec<f64> = x.iter().zip(y).map(|(x, y)| ms(*x) - ms(*y)).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        (d(&self.add[a], &self.add[b]), d(&self.del[a], &self.del[b]))
+    }
+
+    /// Way `k`'s medians: ADD+DEL, ADD, DEL.
+    fn medians(&self, k: usize) -> [f64; 3] {
         let m = |v: &[Duration]| ms(median(&mut v.to_vec()));
         [
-            m(&total(&self.plumb_add, &self.plumb_del)),
-            m(&total(&self.direct_add, &self.direct_del)),
-            m(&self.plumb_add),
-            m(&self.direct_add),
-            m(&self.plumb_del),
-            m(&self.direct_del),
+            m(&total(&self.add[k], &self.del[k])),
+            m(&self.add[k]),
+            m(&self.del[k]),
         ]
     }
 
     fn print(&self, what: &str) {
-        let [p, d, pa, da, pd, dd] = self.medians();
-        let r = self.ratios(None);
-        let [lo, hi] = self.interval();
-        let (first, second) = (self.ratios(Some(0)), self.ratios(Some(1)));
         println!("  {what}:");
-        println!("    through plumb median {p:.2} ms, delegates direct median {d:.2} ms");
+        let [d, da, dd] = self.medians(0);
         println!(
-            "    median ratio plumb/direct of the iterations {:.3} (95% interval {lo:.3} to \
-             {hi:.3}; the iterations' quartiles {:.3}, {:.3}); ratio of the medians {:.3}",
-            self.paired_ratio(),
-            r[r.len() / 4],
-            r[r.len() * 3 / 4],
-            p / d
+            "    {} median {d:.2} ms (ADD {da:.2} ms, DEL {dd:.2} ms)",
+            self.names[0]
         );
-        println!(
-            "    ADD alone {pa:.2} ms vs {da:.2} ms ({:.3}); DEL alone {pd:.2} ms vs {dd:.2} ms \
-             ({:.3}); median ratio with plumb first {:.3}, second {:.3}",
-            pa / da,
-            pd / dd,
-            first[first.len() / 2],
-            second[second.len() / 2]
-        );
+        for k in 1..self.names.len() {
+            let [p, pa, pd] = self.medians(k);
+            let r = self.ratios(k);
+            let [lo, hi] = self.interval(k);
+            println!(
+                "    {}: median {p:.2} ms, median ratio to {} of the iterations {:.3} (95% \
+                 interval {lo:.3} to {hi:.3}; the iterations' quartiles {:.3}, {:.3}); ADD \
+                 {pa:.2} ms ({:.3}), DEL {pd:.2} ms ({:.3})",
+                self.names[k],
+                self.names[0],
+                self.paired_ratio(k),
+                r[r.len() / 4],
+                r[r.len() * 3 / 4],
+                pa / da,
+                pd / dd
+            );
+        }
     }
 
     fn json(&self) -> Value {
-        let [p, d, pa, da, pd, dd] = self.medians();
         let all = |v: &[Duration]| v.iter().map(|d| ms(*d)).collect::<Vec<_>>();
-        let r = self.ratios(None);
-        json!({
-            "median_paired_ratio": self.paired_ratio(),
-            "median_paired_ratio_interval95": self.interval(),
-            "paired_ratio_quartiles": [r[r.len() / 4], r[r.len() * 3 / 4]],
-            "ratio_of_medians": p / d,
-            "plumb_add_del_median_ms": p,
-            "direct_add_del_median_ms": d,
-            "plumb_add_median_ms": pa,
-            "direct_add_median_ms": da,
-            "plumb_del_median_ms": pd,
-            "direct_del_median_ms": dd,
-            "samples_ms": {
-                "plumb_add": all(&self.plumb_add),
-                "plumb_del": all(&self.plumb_del),
-                "direct_add": all(&self.direct_add),
-                "direct_del": all(&self.direct_del),
-            },
-        })
+        let mut ways = serde_json::Map::new();
+        for (k, name) in self.names.iter().enumerate() {
+            let [t, a, d] = self.medians(k);
+            let mut way = json!({
+                "add_del_median_ms": t,
+                "add_median_ms": a,
+                "del_median_ms": d,
+                "samples_ms": {"add": all(&self.add[k]), "del": all(&self.del[k])},
+            });
+            if k > 0 {
+                let r = self.ratios(k);
+                way["median_paired_ratio"] = json!(self.paired_ratio(k));
+                way["median_paired_ratio_interval95"] = json!(self.interval(k));
+                way["paired_ratio_quartiles"] = json!([r[r.len() / 4], r[r.len() * 3 / 4]]);
+            }
+            ways.insert(name.to_string(), way);
+        }
+        Value::Object(ways)
     }
 }
 

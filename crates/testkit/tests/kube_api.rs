@@ -359,6 +359,46 @@ fn describe(event: &WatchEvent<Pod>) -> String {
 }
 
 #[tokio::test]
+async fn held_watches_deliver_nothing_until_released_and_then_everything_in_order() {
+    let (api, _dir, client) = setup().await;
+    let pods: Api<Pod> = Api::default_namespaced(client);
+    let mut events = pods
+        .watch(&WatchParams::default().timeout(10), "0")
+        .await
+        .unwrap()
+        .boxed();
+    // setup()'s pod, from the watch's start.
+    assert_eq!(describe(&next_event(&mut events).await), "ADDED p1");
+    api.hold_watches(true);
+    api.put(Resource::Pods, pod("default", "a", json!({})));
+    api.put(Resource::Pods, pod("default", "b", json!({})));
+    let nothing = tokio::time::timeout(Duration::from_millis(300), events.next()).await;
+    assert!(nothing.is_err(), "an event while held: {nothing:?}");
+    api.hold_watches(false);
+    let seen = [
+        describe(&next_event(&mut events).await),
+        describe(&next_event(&mut events).await),
+    ];
+    assert_eq!(seen, ["ADDED a", "ADDED b"]);
+}
+
+#[tokio::test]
+async fn a_registered_node_is_served_and_another_is_404() {
+    use k8s_openapi::api::core::v1::Node;
+    let (api, _dir, client) = setup().await;
+    api.register_node("n1", "uid-1");
+    let nodes: Api<Node> = Api::all(client);
+    let n1 = nodes.get_metadata_opt("n1").await.unwrap().unwrap();
+    assert_eq!(n1.metadata.uid.as_deref(), Some("uid-1"));
+    assert!(nodes.get_metadata_opt("n2").await.unwrap().is_none());
+    let e = api_status(nodes.get("n2").await.unwrap_err());
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (404, "nodes \"n2\" not found")
+    );
+}
+
+#[tokio::test]
 async fn watch_sees_added_modified_deleted() {
     let (api, _dir, client) = setup().await;
     let pods: Api<Pod> = Api::default_namespaced(client);

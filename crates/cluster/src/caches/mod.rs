@@ -45,8 +45,9 @@ impl std::fmt::Display for Source {
 /// What the caches watch.
 #[derive(Clone, Debug)]
 pub struct Scope {
-    /// The node whose pods are kept (field selector `spec.nodeName`).
-    pub node: String,
+    /// The node whose pods are kept (field selector `spec.nodeName`); `None`: no pods are kept
+    /// (the daemon could not tell its node's name).
+    pub node: Option<String>,
     /// The namespaces whose NADs are kept; empty: all.
     pub nad_namespaces: Vec<String>,
 }
@@ -65,8 +66,8 @@ pub struct Caches {
 /// One store and what is counted of it.
 struct Kept<K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
-    /// Set once the first list is in the store; it stays set while the watch resumes (the store
-    /// is then behind until it has, as an informer's is).
+    /// Set once the first list is in the store; it stays set while a broken watch resumes (the
+    /// store is then behind until it has, as an informer's is), unless that takes long.
     synced: AtomicBool,
     events: AtomicU64,
     hits: AtomicU64,
@@ -113,7 +114,7 @@ impl<K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + 'static> Ke
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Report {
     pub source: String,
-    pub node: String,
+    pub node: Option<String>,
     /// Whether the API server has that Node: `None` until it answered.
     pub node_found: Option<bool>,
     pub pods: KeptReport,
@@ -124,7 +125,7 @@ pub struct Report {
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct KeptReport {
-    /// The first list is in (calls are served from it).
+    /// Calls are served from it: its first list is in, and its watch has not failed for long.
     pub synced: bool,
     pub objects: usize,
     /// Watch events applied (added, modified, deleted, listed).
@@ -166,14 +167,15 @@ impl Caches {
     }
 
     /// The pod `namespace/name` of the sandbox whose runtime gave `uid`, when the cache holds
-    /// it: not another pod of that name (recreated: its UID differs), unless a static pod's
-    /// mirror (whose API UID is never the runtime's).
+    /// it: not another pod of that name (recreated: its UID differs; a static pod's mirror
+    /// names the UID of the static pod it mirrors). Without a UID to check, not a pod being
+    /// deleted (a pod of that name may be made again: the API is asked).
     pub fn pod(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Pod> {
-        let found = self
-            .pods
-            .get(namespace, name)
-            .map(|p| p.to_pod())
-            .filter(|p| uid.is_none_or(|u| u == p.uid) || p.is_static());
+        let found = self.pods.get(namespace, name).filter(|p| match uid {
+            Some(uid) => p.sandbox_uid() == Some(uid),
+            None => p.metadata.deletion_timestamp.is_none(),
+        });
+        let found = found.map(|p| p.to_pod());
         self.pods.count(found.is_some());
         found
     }
@@ -191,12 +193,6 @@ impl Caches {
             k.count(found.is_some());
         }
         found
-    }
-
-    /// Whether every store has its first list.
-    pub fn synced(&self) -> bool {
-        self.pods.synced.load(Ordering::Acquire)
-            && (self.nads.iter()).all(|(_, k)| k.synced.load(Ordering::Acquire))
     }
 
     pub fn report(&self) -> Report {

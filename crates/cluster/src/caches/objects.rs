@@ -1,7 +1,7 @@
 //! The objects the daemon's watch caches hold, cut down while they are read to the fields plumb
 //! uses, so that a node's thousand pods cost little memory: a pod's name, namespace, UID,
-//! resourceVersion, `deletionTimestamp`, node, `spec.hostNetwork` and the annotations the plan
-//! reads (multi-net spec §4.1); a NAD's name, namespace, resourceVersion, `resourceName`
+//! resourceVersion, `deletionTimestamp`, node, `spec.hostNetwork`, the annotations the plan
+//! reads (multi-net spec §4.1) and a mirror pod's static UID; a NAD's name, namespace, resourceVersion, `resourceName`
 //! annotation and `spec.config` (multi-net spec §3.2, device-info spec §4.1).
 
 use std::borrow::Cow;
@@ -25,15 +25,33 @@ pub struct CachedPod {
     pub host_network: bool,
 }
 
+/// The annotation the kubelet puts on a static pod's mirror: the UID of the static pod, the
+/// one its sandbox's runtime passes (`K8S_POD_UID`).
+const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
 impl CachedPod {
-    /// The pod as the planner takes it.
+    /// The UID the runtime passes for this pod's sandbox: a mirror's static pod's, else its own.
+    pub fn sandbox_uid(&self) -> Option<&str> {
+        let m = &self.metadata;
+        let mirrored = m
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MIRROR_ANNOTATION));
+        mirrored.or(m.uid.as_ref()).map(String::as_str)
+    }
+
+    /// The pod as the planner takes it (the mirror annotation, which the plan does not read,
+    /// left out).
     pub fn to_pod(&self) -> Pod {
         let m = &self.metadata;
         Pod {
             namespace: m.namespace.clone().unwrap_or_default(),
             name: m.name.clone().unwrap_or_default(),
             uid: m.uid.clone().unwrap_or_default(),
-            annotations: m.annotations.clone().unwrap_or_default(),
+            annotations: (m.annotations.iter().flatten())
+                .filter(|(k, _)| reads_annotation(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         }
     }
 }
@@ -138,9 +156,9 @@ impl From<WireNad> for CachedNad {
     }
 }
 
-/// The annotations plumb reads (the plan's, and a NAD's `resourceName`), the others skipped
-/// without being copied. A value that is not a string is skipped too (the API server allows
-/// none).
+/// The annotations plumb reads (the plan's, a NAD's `resourceName`, a mirror pod's static
+/// UID); the others' values are skipped without being kept. A value that is not a string is
+/// skipped too (the API server allows none).
 fn kept_annotations<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<BTreeMap<String, String>>, D::Error> {
@@ -165,7 +183,10 @@ fn kept_annotations<'de, D: Deserializer<'de>>(
         ) -> Result<Self::Value, A::Error> {
             let mut kept = BTreeMap::new();
             while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                if reads_annotation(&key) || key == nad::RESOURCE_NAME_ANNOTATION {
+                if reads_annotation(&key)
+                    || key == nad::RESOURCE_NAME_ANNOTATION
+                    || key == MIRROR_ANNOTATION
+                {
                     if let Value::String(v) = map.next_value::<Value>()? {
                         kept.insert(key.into_owned(), v);
                     }
@@ -270,6 +291,24 @@ mod tests {
                 "v1.multus-cni.io/default-network"
             ]
         );
+    }
+
+    #[test]
+    fn a_mirror_pods_sandbox_uid_is_its_static_pods() {
+        let mirror: CachedPod = serde_json::from_value(json!({"metadata": {"uid": "api-uid",
+            "annotations": {"kubernetes.io/config.mirror": "static-uid",
+                            "kubernetes.io/config.source": "file"}}}))
+        .unwrap();
+        assert_eq!(mirror.sandbox_uid(), Some("static-uid"));
+        assert!(
+            !mirror
+                .to_pod()
+                .annotations
+                .contains_key("kubernetes.io/config.mirror")
+        );
+        let plain: CachedPod =
+            serde_json::from_value(json!({"metadata": {"uid": "api-uid"}})).unwrap();
+        assert_eq!(plain.sandbox_uid(), Some("api-uid"));
     }
 
     #[test]

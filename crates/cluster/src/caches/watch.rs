@@ -1,10 +1,12 @@
 //! Keeping the caches current: on a thread of its own with its own current-thread runtime, a
 //! kube-rs watcher per store (list, then watch from the list's resourceVersion, resumed from the
 //! last one seen after a break, listed again when the API server no longer has it), each backed
-//! off while the API server fails, feeding the reflector's writer. The client is made again when
-//! a file of its kubeconfig changes (a rotated token). The Node is looked up until the API
-//! server says whether it exists: a wrong name leaves the pod cache empty.
+//! off while the API server fails, feeding the reflector's writer. A store whose watch fails for
+//! long, or whose client the API server refuses, serves nothing until it works again. The Node
+//! is looked up beside the watches: a wrong name leaves the pod cache empty.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -15,33 +17,38 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, reflector::Lookup};
 
+use super::Source;
 use super::objects::{CachedNad, CachedPod};
 use super::{Caches, Kept};
 use crate::Say;
-use crate::kube::watch_client;
+use crate::kube::{Sources, in_cluster_watch_client, watch_client};
 
 /// How often the kubeconfig's files are compared with what the client was made from.
 const LOOK_EVERY: Duration = Duration::from_secs(30);
 
-/// The waits between lookups of the Node while the API server has not said whether it exists:
-/// doubled from the first to the last.
-const NODE_AGAIN_FIRST: Duration = Duration::from_secs(1);
-const NODE_AGAIN_MAX: Duration = Duration::from_secs(30);
-
-/// The waits before making a client again after it could not be made (the kubeconfig missing or
-/// unusable): doubled from the first to the last.
+/// The waits before making a client again after it could not be made or was refused: doubled
+/// from the first to the last.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// A watch that keeps failing is said again at most this often.
 const SAY_AGAIN_AFTER: Duration = Duration::from_secs(60);
 
-/// How long the Node's lookup may take.
+/// A store whose watch has failed this long serves nothing (calls GET) until it works again:
+/// what it holds may be far behind.
+const STALE_AFTER: Duration = Duration::from_secs(60);
+
+/// How long one lookup of the Node may take, the waits between lookups while the API server
+/// has not answered (doubled from the first to the last), and between lookups of a Node it
+/// said it does not have (the kubelet may register it later).
 const NODE_LOOKUP: Duration = Duration::from_secs(5);
+const NODE_AGAIN_FIRST: Duration = Duration::from_secs(1);
+const NODE_AGAIN_MAX: Duration = Duration::from_secs(30);
+const NODE_SAY_AGAIN_AFTER: Duration = Duration::from_secs(600);
 
 /// Runs the watches for ever (the daemon ends with its process).
 pub(super) fn run(
-    caches: std::sync::Arc<Caches>,
+    caches: Arc<Caches>,
     mut pods: Writer<CachedPod>,
     mut nads: Vec<(Option<String>, Writer<CachedNad>)>,
     say: Say,
@@ -58,16 +65,15 @@ pub(super) fn run(
     rt.block_on(async {
         let mut retry = RETRY_FIRST;
         loop {
-            let (client, sources) = match watch_client(&caches.source).await {
-                Ok(made) => {
-                    retry = RETRY_FIRST;
-                    made
-                }
+            let (client, sources) = match client_of(&caches.source).await {
+                Ok(made) => made,
                 Err(e) => {
+                    unsync_all(&caches);
                     say(format_args!(
-                        "caches: cannot make an API client from {}: {e}; trying again in {} s, \
+                        "caches: cannot make an API client from {}: {}; trying again in {} s, \
                          calls read their pod and NADs with GETs meanwhile",
                         caches.source,
+                        plumb_engine::log::one_line(&e.msg),
                         retry.as_secs()
                     ));
                     tokio::time::sleep(retry).await;
@@ -75,16 +81,71 @@ pub(super) fn run(
                     continue;
                 }
             };
-            watch(&caches, &client, &mut pods, &mut nads, &say, &|| {
+            // Looked up once before the watches start: that request opens the connection, which
+            // the lists and watches then share (HTTP/2) rather than opening one each at once.
+            let mut lookup = NodeLookup::new(&caches, &client, &say);
+            let node = match lookup.once().await {
+                true => None,
+                false => Some(tokio::spawn(lookup.until_found())),
+            };
+            let ended = watch(&caches, &client, &mut pods, &mut nads, &say, &|| {
                 sources.as_ref().is_none_or(|s| s.unchanged())
             })
             .await;
-            say(format_args!(
-                "caches: a file of {} changed: watching again with a new client",
-                caches.source
-            ));
+            if let Some(node) = node {
+                node.abort();
+            }
+            match ended {
+                Ended::FilesChanged => {
+                    retry = RETRY_FIRST;
+                    say(format_args!(
+                        "caches: a file of {} changed: watching again with a new client",
+                        caches.source
+                    ));
+                }
+                Ended::Refused(why) => {
+                    unsync_all(&caches);
+                    say(format_args!(
+                        "caches: the API server refused the watches' credentials ({why}): \
+                         making the client from {} again in {} s, calls read their pod and \
+                         NADs with GETs meanwhile",
+                        caches.source,
+                        retry.as_secs()
+                    ));
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(RETRY_MAX);
+                }
+            }
         }
     });
+}
+
+/// A client from `source`, and the files it was made from (none in-cluster).
+async fn client_of(source: &Source) -> Result<(kube::Client, Option<Sources>), cni::CniError> {
+    match source {
+        Source::Kubeconfig(path) => {
+            let (client, sources) = watch_client(path).await?;
+            Ok((client, Some(sources)))
+        }
+        Source::InCluster => Ok((in_cluster_watch_client()?, None)),
+    }
+}
+
+/// Why the watches with one client ended.
+enum Ended {
+    /// A file of the kubeconfig changed (a rotated token): a new client is made at once.
+    FilesChanged,
+    /// The API server refused the client (401): made again after a backoff (an exec plugin's
+    /// credential revoked, a token file not rotated yet).
+    Refused(String),
+}
+
+/// Every store serves nothing until its watch works again.
+fn unsync_all(caches: &Caches) {
+    caches.pods.synced.store(false, Ordering::Release);
+    for (_, k) in &caches.nads {
+        k.synced.store(false, Ordering::Release);
+    }
 }
 
 /// What a watch gave: an event for the pods' store, or for the NADs' store at an index.
@@ -96,7 +157,26 @@ enum Got {
 /// Which watch failed: the pods' (`None`) or a NAD store's.
 type Failed = (Option<usize>, watcher::Error);
 
-/// Watches with `client` until `unchanged` says the client's files changed.
+/// The HTTP status of a watcher's error, when the API server answered one.
+fn status_of(e: &watcher::Error) -> Option<u16> {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s.code),
+        watcher::Error::WatchError(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// A watch that fails: since when, and when it was said last.
+#[derive(Clone, Copy)]
+struct Failing {
+    since: Instant,
+    said: Instant,
+}
+
+/// Watches with `client` until `unchanged` says the client's files changed or the API server
+/// refuses the client.
 async fn watch(
     caches: &Caches,
     client: &kube::Client,
@@ -104,71 +184,89 @@ async fn watch(
     nads: &mut [(Option<String>, Writer<CachedNad>)],
     say: &Say,
     unchanged: &dyn Fn() -> bool,
-) {
-    // `Any`: the first list is served from the API server's watch cache, not read from etcd, as
-    // client-go's informers list (a thousand nodes' daemons restarted together).
-    let node_pods = watcher::Config::default()
-        .fields(&format!("spec.nodeName={}", caches.scope.node))
-        .any_semantic();
-    let pod_stream: BoxStream<'static, Result<Got, Failed>> =
-        watcher::watcher(Api::<CachedPod>::all(client.clone()), node_pods)
-            .default_backoff()
-            .map(|r| r.map(Got::Pod).map_err(|e| (None, e)))
-            .boxed();
-    let nad_streams = nads.iter().enumerate().map(|(i, (ns, _))| {
+) -> Ended {
+    // Lists as the API server answers them by default (its latest state; from its watch cache
+    // since Kubernetes 1.31): a list from "any" resourceVersion, cheaper for etcd, could go back
+    // in time behind a lagging API server after a 410.
+    let mut streams: Vec<BoxStream<'static, Result<Got, Failed>>> = Vec::new();
+    if let Some(node) = &caches.scope.node {
+        let node_pods = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+        streams.push(
+            watcher::watcher(Api::<CachedPod>::all(client.clone()), node_pods)
+                .default_backoff()
+                .map(|r| r.map(Got::Pod).map_err(|e| (None, e)))
+                .boxed(),
+        );
+    }
+    for (i, (ns, _)) in nads.iter().enumerate() {
         let api = match ns {
             Some(ns) => Api::<CachedNad>::namespaced(client.clone(), ns),
             None => Api::<CachedNad>::all(client.clone()),
         };
-        watcher::watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .map(move |r| r.map(|e| Got::Nad(i, e)).map_err(|e| (Some(i), e)))
-            .boxed()
-    });
-    let mut all = futures::stream::select_all(std::iter::once(pod_stream).chain(nad_streams));
+        streams.push(
+            watcher::watcher(api, watcher::Config::default())
+                .default_backoff()
+                .map(move |r| r.map(|e| Got::Nad(i, e)).map_err(|e| (Some(i), e)))
+                .boxed(),
+        );
+    }
+    let mut all = futures::stream::select_all(streams);
     let mut look = tokio::time::interval_at(tokio::time::Instant::now() + LOOK_EVERY, LOOK_EVERY);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut node_again = NODE_AGAIN_FIRST;
-    let node_lookup = tokio::time::sleep(Duration::ZERO);
-    tokio::pin!(node_lookup);
-    // When each watch failed and was said last: the pods' at 0, the NAD stores' after.
-    let mut failing: Vec<Option<Instant>> = vec![None; nads.len() + 1];
+    // Each watch's failure: the pods' at 0, the NAD stores' after.
+    let mut failing: Vec<Option<Failing>> = vec![None; nads.len() + 1];
+    let pods_of = caches.scope.node.clone().unwrap_or_default();
     loop {
         tokio::select! {
             next = all.next() => match next {
                 Some(Ok(Got::Pod(e))) => {
-                    recovered(&mut failing[0], "pods", &caches.scope.node, say);
-                    apply(&caches.pods, pods, &e, "pods", &caches.scope.node, say);
+                    recovered(&mut failing[0], "pods", &pods_of, say);
+                    apply(&caches.pods, pods, &e, "pods", &pods_of, say);
                 }
                 Some(Ok(Got::Nad(i, e))) => {
-                    recovered(&mut failing[i + 1], "NADs", &namespaces(&nads[i].0), say);
-                    apply(&caches.nads[i].1, &mut nads[i].1, &e, "NADs", &namespaces(&nads[i].0), say);
+                    let scope = namespaces(&nads[i].0);
+                    recovered(&mut failing[i + 1], "NADs", &scope, say);
+                    apply(&caches.nads[i].1, &mut nads[i].1, &e, "NADs", &scope, say);
                 }
                 Some(Err((which, e))) => {
-                    let (slot, what, scope) = match which {
-                        None => (&mut failing[0], "pods", caches.scope.node.clone()),
-                        Some(i) => (&mut failing[i + 1], "NADs", namespaces(&nads[i].0)),
+                    if status_of(&e) == Some(401) {
+                        return Ended::Refused(plumb_engine::log::one_line(&e.to_string()).into_owned());
+                    }
+                    let (slot, synced, what, scope) = match which {
+                        None => (&mut failing[0], &caches.pods.synced, "pods", pods_of.clone()),
+                        Some(i) => (
+                            &mut failing[i + 1],
+                            &caches.nads[i].1.synced,
+                            "NADs",
+                            namespaces(&nads[i].0),
+                        ),
                     };
-                    if slot.is_none_or(|at| at.elapsed() >= SAY_AGAIN_AFTER) {
-                        *slot = Some(Instant::now());
+                    let now = Instant::now();
+                    let f = slot.get_or_insert(Failing { since: now, said: now });
+                    let first = f.since == now;
+                    if first || f.said.elapsed() >= SAY_AGAIN_AFTER {
+                        f.said = now;
                         say(format_args!(
-                            "caches: watching the {what} of {scope}: {e}; trying again with \
-                             backoff (calls read what the cache does not hold with GETs)"
+                            "caches: watching the {what} of {scope}: {}; trying again with \
+                             backoff",
+                            plumb_engine::log::one_line(&e.to_string())
+                        ));
+                    }
+                    if f.since.elapsed() >= STALE_AFTER && synced.swap(false, Ordering::AcqRel) {
+                        say(format_args!(
+                            "caches: the {what} of {scope} have not been watched for {} s: \
+                             calls read them with GETs until the watch works again",
+                            STALE_AFTER.as_secs()
                         ));
                     }
                 }
                 // The watchers never end.
-                None => return,
+                None => return Ended::FilesChanged,
             },
             _ = look.tick() => {
                 if !unchanged() {
-                    return;
+                    return Ended::FilesChanged;
                 }
-            }
-            () = &mut node_lookup, if node_unknown(caches) => {
-                look_up_node(caches, client, node_again, say).await;
-                node_lookup.as_mut().reset(tokio::time::Instant::now() + node_again);
-                node_again = (node_again * 2).min(NODE_AGAIN_MAX);
             }
         }
     }
@@ -182,13 +280,14 @@ fn namespaces(ns: &Option<String>) -> String {
 }
 
 /// Says that a watch that failed gives events again.
-fn recovered(failing: &mut Option<Instant>, what: &str, scope: &str, say: &Say) {
+fn recovered(failing: &mut Option<Failing>, what: &str, scope: &str, say: &Say) {
     if failing.take().is_some() {
         say(format_args!("caches: watching the {what} of {scope} again"));
     }
 }
 
-/// `event` into `writer`'s store, counted; the first complete list said.
+/// `event` into `writer`'s store, counted. The store serves from its first complete list on,
+/// and again from the first event after it stopped serving (a resumed watch misses nothing).
 fn apply<K>(
     kept: &Kept<K>,
     writer: &mut Writer<K>,
@@ -200,11 +299,9 @@ fn apply<K>(
     K: Lookup<DynamicType = ()> + Clone + 'static,
 {
     writer.apply_watcher_event(event);
-    kept.events
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if matches!(event, Event::InitDone)
-        && !kept.synced.swap(true, std::sync::atomic::Ordering::AcqRel)
-    {
+    kept.events.fetch_add(1, Ordering::Relaxed);
+    let listing = matches!(event, Event::Init | Event::InitApply(_));
+    if !listing && !kept.synced.swap(true, Ordering::AcqRel) {
         say(format_args!(
             "caches: the {what} of {scope} are in ({} now): calls are served from the cache",
             kept.store.len()
@@ -212,49 +309,90 @@ fn apply<K>(
     }
 }
 
-/// Whether the API server has not said yet whether the Node exists.
-fn node_unknown(caches: &Caches) -> bool {
-    caches
-        .node_found
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .is_none()
+/// Looking the Node up until the API server says it has it, saying what it found: loudly when
+/// it has no such Node, since the pod cache then stays empty (looked up again now and then: the
+/// kubelet may register it later).
+struct NodeLookup {
+    caches: Arc<Caches>,
+    api: Api<Node>,
+    say: Say,
+    again: Duration,
+    said: Option<Instant>,
 }
 
-/// Looks the Node up (the next time `again` later, if the API server does not say), saying
-/// what it found; loudly when there is no such Node, since the pod cache then stays empty.
-async fn look_up_node(caches: &Caches, client: &kube::Client, again: Duration, say: &Say) {
-    let node = &caches.scope.node;
-    let api = Api::<Node>::all(client.clone());
-    let found = match tokio::time::timeout(NODE_LOOKUP, api.get_metadata_opt(node)).await {
-        Ok(Ok(found)) => found.is_some(),
-        Ok(Err(_)) | Err(_) if ![NODE_AGAIN_FIRST, NODE_AGAIN_MAX].contains(&again) => return,
-        Ok(Err(e)) => {
-            say(format_args!(
-                "caches: cannot look up Node {node:?}: {e}; looking again in {} s",
-                again.as_secs()
-            ));
-            return;
+impl NodeLookup {
+    fn new(caches: &Arc<Caches>, client: &kube::Client, say: &Say) -> NodeLookup {
+        NodeLookup {
+            caches: Arc::clone(caches),
+            api: Api::all(client.clone()),
+            say: Arc::clone(say),
+            again: NODE_AGAIN_FIRST,
+            said: None,
         }
-        Err(_) => {
-            say(format_args!(
-                "caches: looking up Node {node:?}: no answer within {} s; looking again in {} s",
-                NODE_LOOKUP.as_secs(),
-                again.as_secs()
-            ));
-            return;
+    }
+
+    /// One lookup, unless the Node was found already (or no node is watched): whether it has
+    /// been found.
+    async fn once(&mut self) -> bool {
+        let Some(node) = self.caches.scope.node.clone() else {
+            return true;
+        };
+        let known = *self
+            .caches
+            .node_found
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if known == Some(true) {
+            return true;
         }
-    };
-    *caches.node_found.lock().unwrap_or_else(|p| p.into_inner()) = Some(found);
-    if found {
-        say(format_args!(
-            "caches: Node {node:?} found; keeping the pods bound to it"
-        ));
-    } else {
-        say(format_args!(
-            "caches: WARNING: the API server has no Node {node:?}: the pod cache stays empty \
-             and every call reads its pod with a GET. Give `plumb daemon --node-name` (or \
-             NODE_NAME) the name the kubelet registered this node under (`kubectl get nodes`)"
-        ));
+        let say = &self.say;
+        let why = match tokio::time::timeout(NODE_LOOKUP, self.api.get_metadata_opt(&node)).await {
+            Ok(Ok(found)) => {
+                let found = found.is_some();
+                *self
+                    .caches
+                    .node_found
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(found);
+                if found {
+                    say(format_args!(
+                        "caches: Node {node:?} found; keeping the pods bound to it"
+                    ));
+                    return true;
+                }
+                if known.is_none() {
+                    say(format_args!(
+                        "caches: WARNING: the API server has no Node {node:?}: the pod cache \
+                         stays empty and every call reads its pod with a GET. Give `plumb \
+                         daemon --node-name` (or NODE_NAME) the name the kubelet registered \
+                         this node under (`kubectl get nodes`)"
+                    ));
+                }
+                return false;
+            }
+            Ok(Err(e)) => plumb_engine::log::one_line(&e.to_string()).into_owned(),
+            Err(_) => format!("no answer within {} s", NODE_LOOKUP.as_secs()),
+        };
+        if self
+            .said
+            .is_none_or(|at| at.elapsed() >= NODE_SAY_AGAIN_AFTER)
+        {
+            self.said = Some(Instant::now());
+            say(format_args!(
+                "caches: cannot look up Node {node:?}: {why}; looking again with backoff"
+            ));
+        }
+        false
+    }
+
+    /// Lookups with backoff until the Node is found.
+    async fn until_found(mut self) {
+        loop {
+            tokio::time::sleep(self.again).await;
+            self.again = (self.again * 2).min(NODE_AGAIN_MAX);
+            if self.once().await {
+                return;
+            }
+        }
     }
 }

@@ -200,6 +200,9 @@ pub(super) async fn client_of(
     Ok((client, server))
 }
 
+/// How long the watches' connection may stay silent: kube's default, chosen for watches.
+const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(295);
+
 /// The client of `cfg` with plumb's timeouts and no retries of kube's, and the API server's URL.
 pub(super) fn client_of_config(
     mut cfg: kube::Config,
@@ -207,10 +210,15 @@ pub(super) fn client_of_config(
 ) -> Result<(kube::Client, String), kube::Error> {
     cfg.default_retry = false;
     cfg.connect_timeout = Some(CONNECT_TIMEOUT);
-    // No read timeout: every request is bounded whole by its attempt's (`attempt`), and kube's
-    // applies to the connection's reads, an idle one's too, so that the daemon's kept
-    // connection was cut after 5 s without a call and the next ADD shook hands again.
-    cfg.read_timeout = None;
+    // A call's client has no read timeout: every request is bounded whole by its attempt's
+    // (`attempt`), and kube's applies to the connection's reads, an idle one's too, so that the
+    // daemon's kept connection was cut after 5 s without a call and the next ADD shook hands
+    // again. The watches' client has kube's own (295 s, past the 290 s a watch asks the API
+    // server for): nothing else bounds a list or a watch's start that never gets an answer.
+    cfg.read_timeout = match usage {
+        Use::Call => None,
+        Use::Watch => Some(WATCH_READ_TIMEOUT),
+    };
     cfg.write_timeout = Some(REQUEST_TIMEOUT);
     let server = cfg
         .cluster_url

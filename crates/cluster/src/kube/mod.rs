@@ -35,29 +35,25 @@ use status_write::*;
 pub use token_request::Grant;
 use transport::Use;
 
-/// A client for the daemon's watch caches from `source`, made on the runtime it runs on, and
-/// the files it was made from (none in-cluster: kube-rs reads the rotated token itself).
-pub(crate) async fn watch_client(
-    source: &crate::caches::Source,
-) -> Result<(kube::Client, Option<Sources>), CniError> {
-    use crate::caches::Source;
-    match source {
-        Source::Kubeconfig(path) => {
-            let (client, _, sources) = client_from(path, API_BUDGET, Use::Watch).await?;
-            Ok((client, Some(sources)))
-        }
-        Source::InCluster => {
-            let failed = |e: &dyn std::fmt::Display| {
-                CniError::new(
-                    ErrorCode::InvalidConfig,
-                    format!("in-cluster configuration: {e}"),
-                )
-            };
-            let cfg = kube::Config::incluster().map_err(|e| failed(&e))?;
-            let (client, _) = client_of_config(cfg, Use::Watch).map_err(|e| failed(&e))?;
-            Ok((client, None))
-        }
-    }
+/// A client for the daemon's watch caches from `kubeconfig`, made on the runtime it runs on,
+/// and the files it was made from.
+pub(crate) async fn watch_client(kubeconfig: &Path) -> Result<(kube::Client, Sources), CniError> {
+    let (client, _, sources) = client_from(kubeconfig, API_BUDGET, Use::Watch).await?;
+    Ok((client, sources))
+}
+
+/// A client for the daemon's watch caches from the pod's service account (kube-rs reads the
+/// rotated token itself), made on the runtime it runs on.
+pub(crate) fn in_cluster_watch_client() -> Result<kube::Client, CniError> {
+    let failed = |e: &dyn std::fmt::Display| {
+        CniError::new(
+            ErrorCode::InvalidConfig,
+            format!("in-cluster configuration: {e}"),
+        )
+    };
+    let cfg = kube::Config::incluster().map_err(|e| failed(&e))?;
+    let (client, _) = client_of_config(cfg, Use::Watch).map_err(|e| failed(&e))?;
+    Ok(client)
 }
 
 /// A pod as the planner takes it.

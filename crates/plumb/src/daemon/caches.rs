@@ -35,26 +35,32 @@ pub(super) fn connect(
         nad_namespaces: args.nad_namespaces.clone(),
     };
     let said: Say = Arc::new(|line: std::fmt::Arguments<'_>| say(line));
-    let started =
-        |e: std::io::Error| CniError::new(ErrorCode::Internal, format!("starting the caches: {e}"));
+    let started = |what: &'static str| {
+        move |e: std::io::Error| CniError::new(ErrorCode::Internal, format!("starting {what}: {e}"))
+    };
     let which = if scope.nad_namespaces.is_empty() {
         "all namespaces".to_string()
     } else {
         format!("namespaces {}", scope.nad_namespaces.join(", "))
     };
+    let pods = match &scope.node {
+        Some(node) => format!("the pods of node {node:?}"),
+        None => "no pods".to_string(),
+    };
     let caches = match source(args.kubeconfig.as_deref(), getenv) {
         Some(source) => {
             say(format_args!(
-                "caches: watching the pods of node {:?} and the NADs of {which} with {source}",
-                scope.node
+                "caches: watching {pods} and the NADs of {which} with {source}"
             ));
-            CachesFor::Every(Caches::start(source, scope, Arc::clone(&said)).map_err(started)?)
+            CachesFor::Every(
+                Caches::start(source, scope, Arc::clone(&said))
+                    .map_err(started("the watch caches"))?,
+            )
         }
         None => {
             say(format_args!(
-                "caches: will watch the pods of node {:?} and the NADs of {which} once a call \
-                 names a kubeconfig",
-                scope.node
+                "caches: will watch {pods} and the NADs of {which} once a call names a \
+                 kubeconfig"
             ));
             CachesFor::FirstKubeconfig {
                 scope,
@@ -64,7 +70,7 @@ pub(super) fn connect(
         }
     };
     let pool = Arc::new(ClientPool::default());
-    let events = EventQueue::start(Arc::clone(&pool), said).map_err(started)?;
+    let events = EventQueue::start(said).map_err(started("the event sender"))?;
     Ok(Cached {
         pooled: Pooled(pool),
         caches,
@@ -73,11 +79,12 @@ pub(super) fn connect(
 }
 
 /// `--node-name`, else `$NODE_NAME` (the DaemonSet sets it from `spec.nodeName`), else the
-/// host name in lower case, as the kubelet registers it by default.
+/// host name in lower case, as the kubelet registers it by default. A name given that cannot be
+/// a node's stops the daemon; a host name that cannot is said, and no pods are kept.
 fn node_name(
     flag: Option<&str>,
     getenv: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, CniError> {
+) -> Result<Option<String>, CniError> {
     let (name, from) = match flag {
         Some(n) => (n.to_string(), "--node-name"),
         None => match getenv("NODE_NAME").filter(|n| !n.is_empty()) {
@@ -92,17 +99,21 @@ fn node_name(
         },
     };
     // Part of a field selector: a name with `,` or `=` would select something else.
-    netattach::names::validate_subdomain(&name).map_err(|e| {
-        CniError::new(
-            ErrorCode::InvalidConfig,
-            format!(
-                "the node name from {from}, {:?}: {e}; give the node's name as the kubelet \
-                 registered it with --node-name",
-                cni::quote::cut(&name, cni::quote::VALUE)
-            ),
-        )
-    })?;
-    Ok(name)
+    let Err(e) = netattach::names::validate_subdomain(&name) else {
+        return Ok(Some(name));
+    };
+    let problem = format!(
+        "the node name from {from}, {:?}: {e}; give the node's name as the kubelet registered \
+         it with --node-name",
+        cni::quote::cut(&name, cni::quote::VALUE)
+    );
+    if from == "the host name" {
+        say(format_args!(
+            "caches: {problem}; keeping no pods: every call reads its pod with a GET"
+        ));
+        return Ok(None);
+    }
+    Err(CniError::new(ErrorCode::InvalidConfig, problem))
 }
 
 /// The daemon's own identity: `--kubeconfig`, else the pod's service account when it runs in a
@@ -130,30 +141,24 @@ pub(super) fn report(connect: &Cached) -> String {
 
 /// One line of it for `GET /healthz`.
 pub(super) fn summary(connect: &Cached) -> String {
-    match connect.caches().map(|c| c.report()) {
-        None => "caches not started (no call has named a kubeconfig yet)".to_string(),
-        Some(r) => format!(
-            "caches: pods of node {} {} ({} kept, {} hits, {} misses), NADs {} ({} kept, {} \
-             hits, {} misses)",
-            r.node,
-            if r.pods.synced {
-                "synced"
-            } else {
-                "not synced"
-            },
-            r.pods.objects,
-            r.pods.hits,
-            r.pods.misses,
-            if r.nads.synced {
-                "synced"
-            } else {
-                "not synced"
-            },
-            r.nads.objects,
-            r.nads.hits,
-            r.nads.misses
-        ),
-    }
+    let Some(r) = connect.caches().map(|c| c.report()) else {
+        return "caches not started (no call has named a kubeconfig yet)".to_string();
+    };
+    let kept = |k: &plumb_cluster::caches::KeptReport| {
+        format!(
+            "{} ({} kept, {} hits, {} misses)",
+            if k.synced { "synced" } else { "not synced" },
+            k.objects,
+            k.hits,
+            k.misses
+        )
+    };
+    format!(
+        "caches: pods of node {} {}, NADs {}",
+        r.node.as_deref().unwrap_or("(none)"),
+        kept(&r.pods),
+        kept(&r.nads)
+    )
 }
 
 #[cfg(test)]
@@ -163,8 +168,8 @@ mod tests {
     #[test]
     fn the_node_name_comes_from_the_flag_then_the_environment_and_must_be_a_name() {
         let env = |v: &str| (v == "NODE_NAME").then(|| "from-env".to_string());
-        assert_eq!(node_name(Some("n1"), &env).unwrap(), "n1");
-        assert_eq!(node_name(None, &env).unwrap(), "from-env");
+        assert_eq!(node_name(Some("n1"), &env).unwrap().as_deref(), Some("n1"));
+        assert_eq!(node_name(None, &env).unwrap().as_deref(), Some("from-env"));
         let e = node_name(Some("a,b"), &env).unwrap_err();
         assert!(
             e.msg.contains("--node-name") && e.msg.contains("\"a,b\""),

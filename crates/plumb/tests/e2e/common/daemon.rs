@@ -114,6 +114,19 @@ impl Daemon {
         }
     }
 
+    /// Waits (10 s at most) for it to write `line` once more than `before` times; all it wrote.
+    pub fn wait_for_more(&self, line: &str, before: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let said = self.said();
+            if said.matches(line).count() > before {
+                return said;
+            }
+            assert!(Instant::now() < deadline, "no new {line:?} in: {said}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM, then its exit status and what it wrote on stderr.
     pub fn stop(mut self) -> (std::process::ExitStatus, String) {
         let mut child = self.child.take().unwrap();

@@ -15,25 +15,32 @@ use crate::common::cluster::{Cluster, NETWORKS, NODE, bridge_nad};
 use crate::common::daemon::Daemon;
 use crate::common::{err, ok};
 
-/// Cluster `n` with a daemon that watches with a kubeconfig of its own, for node `node`.
-fn cached_for(n: u8, node: &str) -> (Cluster, PathBuf, Daemon) {
-    let mut c = Cluster::new(n);
-    let socket = socket_of(&c);
-    let own = c
-        .api
-        .write_kubeconfig(c.node.path("daemon-kubeconfig"), KubeconfigUser::Token);
+/// A daemon for `c` that watches with `kubeconfig`, for node `node`, its socket named in `c`'s
+/// configuration: the socket and the daemon.
+fn watching(c: &mut Cluster, kubeconfig: &Path, node: &str) -> (PathBuf, Daemon) {
+    let socket = socket_of(c);
     let daemon = Daemon::start_with(
         &socket,
         None,
         &[
             "--kubeconfig".as_ref(),
-            own.as_os_str(),
+            kubeconfig.as_os_str(),
             "--node-name".as_ref(),
             node.as_ref(),
         ],
         &[],
     );
-    through(&mut c, &socket);
+    through(c, &socket);
+    (socket, daemon)
+}
+
+/// Cluster `n` with a daemon that watches with a kubeconfig of its own, for node `node`.
+fn cached_for(n: u8, node: &str) -> (Cluster, PathBuf, Daemon) {
+    let mut c = Cluster::new(n);
+    let own = c
+        .api
+        .write_kubeconfig(c.node.path("daemon-kubeconfig"), KubeconfigUser::Token);
+    let (socket, daemon) = watching(&mut c, &own, node);
     (c, socket, daemon)
 }
 
@@ -108,6 +115,9 @@ fn a_pod_the_cache_holds_is_added_asking_the_api_server_only_to_write_its_status
     assert_eq!(ns.addresses("net1"), ["10.172.2.2/24"]);
     assert_eq!(ns.addresses("mv1"), ["10.172.3.2/24"]);
     assert_eq!(calls_requests(&c.api.requests()), [patch_of("web")]);
+    // One connection for the watches, one for the call.
+    assert_eq!(c.api.connections_accepted(), 2);
+    assert_eq!(c.call_connections(), 1);
     assert_eq!(c.status_of("default", "web").unwrap().len(), 3);
     let r = report(&socket)["caches"].clone();
     assert_eq!(
@@ -235,9 +245,12 @@ fn a_pod_recreated_under_its_name_is_read_from_the_api_until_the_cache_has_it() 
 
     // Once the cache has the new pod, a late ADD for the old sandbox is refused: it asks the
     // API (the cache's pod is another), which has the new one.
+    let held = report(&socket)["caches"]["pods"]["events"]
+        .as_u64()
+        .unwrap();
     c.api.hold_watches(false);
-    wait_for(&socket, "the recreated pod", |r| {
-        r["caches"]["pods"]["events"].as_u64() >= Some(4)
+    wait_for(&socket, "the pod deleted and made again", |r| {
+        r["caches"]["pods"]["events"].as_u64() >= Some(held + 2)
     });
     let stale = Netns::new();
     let e = err(&c.call("ADD", &stale, ("default", "again", old_uid.as_str()), "r1"));
@@ -256,7 +269,7 @@ fn a_broken_watch_resumes_from_where_it_was_and_lists_again_when_that_is_gone() 
     let (c, socket, daemon) = cached(168);
     c.pod("default", "before", json!({NETWORKS: "net-a"}));
     holding(&socket, 1);
-    for compacted in [false, true] {
+    for (round, compacted) in [false, true].into_iter().enumerate() {
         c.api.clear_requests();
         c.api.set_down(true);
         if compacted {
@@ -287,7 +300,7 @@ fn a_broken_watch_resumes_from_where_it_was_and_lists_again_when_that_is_gone() 
             r.query_param("watch").is_some() && r.query_param("resourceVersion").is_some()
         });
         assert!(resumed, "{pod_requests:?}");
-        daemon.wait_for("caches: watching the pods of plumb-test-node again");
+        daemon.wait_for_more("caches: watching the pods of plumb-test-node again", round);
         c.api.clear_requests();
         let ns = Netns::new();
         let pod = ("default", name, uid.as_str());
@@ -301,23 +314,11 @@ fn a_broken_watch_resumes_from_where_it_was_and_lists_again_when_that_is_gone() 
 #[test]
 fn a_daemon_started_while_the_api_server_is_down_serves_calls_and_fills_its_caches_later() {
     let mut c = Cluster::new(165);
-    let socket = socket_of(&c);
     let own = c
         .api
         .write_kubeconfig(c.node.path("daemon-kubeconfig"), KubeconfigUser::Token);
     c.api.set_down(true);
-    let daemon = Daemon::start_with(
-        &socket,
-        None,
-        &[
-            "--kubeconfig".as_ref(),
-            own.as_os_str(),
-            "--node-name".as_ref(),
-            NODE.as_ref(),
-        ],
-        &[],
-    );
-    through(&mut c, &socket);
+    let (socket, daemon) = watching(&mut c, &own, NODE);
     daemon.wait_for("caches: watching the pods of plumb-test-node: ");
     let r = report(&socket)["caches"].clone();
     assert_eq!(
@@ -367,4 +368,104 @@ fn a_wrong_node_name_is_said_loudly_and_calls_read_their_pod_from_the_api() {
     );
     ok(&c.call("DEL", &ns, pod, "x1"));
     c.assert_nothing_left(&ns, "x1");
+}
+
+#[test]
+fn a_static_pods_mirror_made_again_is_read_from_the_api_until_the_cache_has_it() {
+    // The kubelet names the static pod's UID in its mirror's `kubernetes.io/config.mirror`
+    // (the runtime passes that UID); a manifest edited makes a new static pod, whose mirror
+    // replaces the old one before the new sandbox comes.
+    let (c, socket, _daemon) = cached(162);
+    let mirror = |hash: &str, networks: &str| {
+        c.api.put(
+            Resource::Pods,
+            json!({"metadata": {"namespace": "default", "name": "static-web",
+                "annotations": {NETWORKS: networks, "kubernetes.io/config.source": "file",
+                    "kubernetes.io/config.mirror": hash}},
+                "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "x"}]}}),
+        )
+    };
+    mirror("hash-1", "net-a");
+    holding(&socket, 1);
+    c.api.hold_watches(true);
+    c.api.delete(Resource::Pods, "default", "static-web");
+    mirror("hash-2", "net-a,other-ns/net-b@mv1");
+    c.api.clear_requests();
+    let ns = Netns::new();
+    let pod = ("default", "static-web", "hash-2");
+    ok(&c.call("ADD", &ns, pod, "s2"));
+    // The new manifest's networks, read from the API: the cache's mirror is the old one's.
+    assert_eq!(ns.addresses("mv1"), ["10.162.3.2/24"]);
+    assert_eq!(
+        calls_requests(&c.api.requests()),
+        [
+            (
+                "GET".into(),
+                "/api/v1/namespaces/default/pods/static-web".into()
+            ),
+            patch_of("static-web")
+        ]
+    );
+    let held = report(&socket)["caches"]["pods"]["events"]
+        .as_u64()
+        .unwrap();
+    c.api.hold_watches(false);
+    ok(&c.call("DEL", &ns, pod, "s2"));
+    c.assert_nothing_left(&ns, "s2");
+    // Once the cache has the new mirror, the next sandbox of that static pod is served from it.
+    wait_for(&socket, "the new mirror", |r| {
+        r["caches"]["pods"]["events"].as_u64() >= Some(held + 2)
+    });
+    c.api.clear_requests();
+    ok(&c.call("ADD", &ns, pod, "s3"));
+    assert_eq!(calls_requests(&c.api.requests()), [patch_of("static-web")]);
+    ok(&c.call("DEL", &ns, pod, "s3"));
+    c.assert_nothing_left(&ns, "s3");
+}
+
+#[test]
+fn caches_whose_credentials_are_refused_serve_nothing_until_a_new_token_is_in_their_file() {
+    let mut c = Cluster::new(161);
+    c.api.accept_token("daemon-token-1");
+    let token = c.node.path("daemon-token");
+    std::fs::write(&token, "daemon-token-1").unwrap();
+    let own = c.api.write_kubeconfig(
+        c.node.path("daemon-kubeconfig"),
+        KubeconfigUser::TokenFile(&token),
+    );
+    let (socket, daemon) = watching(&mut c, &own, NODE);
+    let uid = c.pod("default", "web", json!({NETWORKS: "net-a"}));
+    holding(&socket, 1);
+
+    // The daemon's token revoked (the watches' connection cut, as an API server restarted
+    // would): its watches are refused, and it stops serving what it holds.
+    c.api.revoke_token("daemon-token-1");
+    c.api.set_down(true);
+    c.api.set_down(false);
+    daemon.wait_for("caches: the API server refused the watches' credentials");
+    wait_for(&socket, "the caches to stop serving", |r| {
+        r["caches"]["pods"]["synced"] == false && r["caches"]["nads"]["synced"] == false
+    });
+    c.api.clear_requests();
+    let ns = Netns::new();
+    let pod = ("default", "web", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "t1"));
+    let asked = calls_requests(&c.api.requests());
+    assert_eq!(
+        asked.first(),
+        Some(&("GET".into(), "/api/v1/namespaces/default/pods/web".into())),
+        "{asked:?}"
+    );
+    assert_eq!(asked.last(), Some(&patch_of("web")), "{asked:?}");
+    ok(&c.call("DEL", &ns, pod, "t1"));
+
+    // A new token in its file (as the kubelet rotates it): the watches start again with it.
+    c.api.accept_token("daemon-token-2");
+    std::fs::write(&token, "daemon-token-2").unwrap();
+    holding(&socket, 1);
+    c.api.clear_requests();
+    ok(&c.call("ADD", &ns, pod, "t2"));
+    assert_eq!(calls_requests(&c.api.requests()), [patch_of("web")]);
+    ok(&c.call("DEL", &ns, pod, "t2"));
+    c.assert_nothing_left(&ns, "t2");
 }

@@ -423,11 +423,14 @@ fn one_transient_api_failure_at_any_request_of_an_add_is_ridden_out() {
 /// resource (`pods/status` for a subresource) and its verb, as the API server authorizes it.
 fn authorized_as(request: &testkit::kube_api::LoggedRequest) -> (String, String, String) {
     let parts: Vec<&str> = request.path.trim_matches('/').split('/').collect();
-    // /api/v1/namespaces/NS/RESOURCE[/NAME[/SUB]] or /apis/GROUP/VERSION/namespaces/NS/…
+    // /api/v1/namespaces/NS/RESOURCE[/NAME[/SUB]] or /apis/GROUP/VERSION/namespaces/NS/…, or
+    // the same without the namespace (all namespaces, or a cluster-wide resource).
     let (group, rest) = match parts.as_slice() {
         ["api", _, "namespaces", _, rest @ ..] => ("", rest),
         ["apis", group, _, "namespaces", _, rest @ ..] => (*group, rest),
-        _ => panic!("a request outside a namespace: {}", request.path),
+        ["api", _, rest @ ..] => ("", rest),
+        ["apis", group, _, rest @ ..] => (*group, rest),
+        _ => panic!("a request outside the API: {}", request.path),
     };
     let resource = match rest {
         [resource, _, sub] => format!("{resource}/{sub}"),
@@ -447,19 +450,16 @@ fn authorized_as(request: &testkit::kube_api::LoggedRequest) -> (String, String,
     (group.into(), resource, verb.into())
 }
 
-#[test]
-fn deploy_rbac_yaml_grants_every_request_plumb_makes_and_nothing_else() {
-    // An operator binds deploy/rbac.yaml to plumb's identity: a request it does not grant
-    // fails pods on a real cluster (403), which the stand-in, granting everything, would not
-    // show; a grant no request uses is privilege a node's credentials need not carry.
+/// What the ClusterRole `name` of deploy/rbac.yaml grants: (group, resource, verb).
+fn granted_by(name: &str) -> std::collections::BTreeSet<(String, String, String)> {
     let rbac = plumb_engine::objects::read_file(
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac.yaml"),
     )
     .unwrap();
     let role = rbac
         .iter()
-        .find(|o| o.kind() == "ClusterRole")
-        .expect("a ClusterRole");
+        .find(|o| o.kind() == "ClusterRole" && o.value["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("a ClusterRole {name}"));
     let mut granted = std::collections::BTreeSet::new();
     for rule in role.value["rules"].as_array().unwrap() {
         for group in rule["apiGroups"].as_array().unwrap() {
@@ -474,6 +474,56 @@ fn deploy_rbac_yaml_grants_every_request_plumb_makes_and_nothing_else() {
             }
         }
     }
+    granted
+}
+
+#[test]
+fn deploy_rbac_yaml_grants_the_daemons_caches_every_request_they_make_and_nothing_else() {
+    // The daemon watching with its own identity: what its caches ask (the node's pods, the
+    // NADs, its Node) is `plumb-daemon`'s; its calls' requests are those of the test below.
+    let c = Cluster::new(163);
+    let socket = c.node.path("run/plumb.sock");
+    let own = c.api.write_kubeconfig(
+        c.node.path("daemon-kubeconfig"),
+        testkit::kube_api::KubeconfigUser::Token,
+    );
+    let daemon = crate::common::daemon::Daemon::start_with(
+        &socket,
+        None,
+        &[
+            "--kubeconfig".as_ref(),
+            own.as_os_str(),
+            "--node-name".as_ref(),
+            crate::common::cluster::NODE.as_ref(),
+        ],
+        &[],
+    );
+    daemon.wait_for("caches: Node \"plumb-test-node\" found");
+    daemon.wait_for("caches: the pods of plumb-test-node are in");
+    daemon.wait_for("caches: the NADs of all namespaces are in");
+    // Their watches are logged once their streams start, after the lists.
+    for what in ["/pods", "/network-attachment-definitions"] {
+        c.api
+            .wait_for_request(std::time::Duration::from_secs(10), |r| {
+                r.query_param("watch").is_some() && r.path.ends_with(what)
+            })
+            .unwrap_or_else(|| panic!("the watch of {what}"));
+    }
+    // No call was made: every request is the caches'.
+    let used: std::collections::BTreeSet<_> = c.api.requests().iter().map(authorized_as).collect();
+    let granted = granted_by("plumb-daemon");
+    let not_granted: Vec<_> = used.difference(&granted).collect();
+    assert!(not_granted.is_empty(), "not granted: {not_granted:?}");
+    let not_used: Vec<_> = granted.difference(&used).collect();
+    assert!(not_used.is_empty(), "granted, never used: {not_used:?}");
+}
+
+#[test]
+fn deploy_rbac_yaml_grants_every_request_plumb_makes_and_nothing_else() {
+    // An operator binds deploy/rbac.yaml to plumb's identity: a request it does not grant
+    // fails pods on a real cluster (403), which the stand-in, granting everything, would not
+    // show; a grant no request uses is privilege a node's credentials need not carry.
+    let granted = granted_by("plumb");
 
     // Everything plumb does with the API: a pod on three networks with attachment events, its
     // DEL, a pod whose NAD is missing (a warning event) and its DEL without a record.
