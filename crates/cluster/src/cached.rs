@@ -134,7 +134,7 @@ impl Served {
 
 impl Drop for Served {
     fn drop(&mut self) {
-        // The client back to the pool first: the event sender takes it from there.
+        // The client back to the pool for the next call before anything else.
         drop(self.api.take());
         let events = std::mem::take(
             self.events_of_call

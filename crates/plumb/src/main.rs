@@ -20,8 +20,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve CNI calls forwarded by the plugin (when its configuration sets
-    /// `plumbDaemonSocket`), keeping the API client and its connection between calls.
+    /// `plumbDaemonSocket`), with the node's pods and the NADs in watch caches.
     Daemon(plumb::daemon::Args),
+    /// Ask `plumb daemon` over its socket whether it is alive, or with `--ready` ready; exit 0
+    /// or 1 (for probes).
+    Health(cli::health::HealthArgs),
     /// Run a CNI network against a network namespace, as the reference cnitool does.
     Cni(cli::cni::Args),
     /// Attach a network namespace to networks exactly as a pod's sandbox would be, and print
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
     }
     match Cli::parse().command {
         Cmd::Daemon(a) => cli::report("daemon", plumb::daemon::run(&a)),
+        Cmd::Health(a) => cli::health::run(&a),
         Cmd::Cni(args) => cli::cni::main(args, &getenv),
         Cmd::Attach(a) => cli::report("attach", cli::attach::attach(&a, &mut std::io::stdout())),
         Cmd::Detach(a) => cli::report("detach", cli::detach::detach(&a)),

@@ -1,13 +1,15 @@
 //! plumb's subcommands other than the daemon, one file each: `plumb attach`, `detach`, `plan`
 //! and `status` (a namespace or a pod as the plugin would see it, with or without a cluster),
-//! `plumb validate` (NADs and pods checked before they reach a cluster) and `plumb cni` (a
-//! network configuration run by hand, as the reference `cnitool` does).
+//! `plumb validate` (NADs and pods checked before they reach a cluster), `plumb health` (the
+//! daemon asked whether it is alive or ready) and `plumb cni` (a network configuration run by
+//! hand, as the reference `cnitool` does).
 
 use std::process::ExitCode;
 
 pub mod attach;
 pub mod cni;
 pub mod detach;
+pub mod health;
 mod local;
 pub mod plan;
 pub mod status;

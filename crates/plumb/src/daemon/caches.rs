@@ -139,6 +139,38 @@ pub(super) fn report(connect: &Cached) -> String {
     format!("{report}\n")
 }
 
+/// Whether the daemon is ready (`GET /readyz`; it answers, so its socket is bound): the caches
+/// it watches with its own identity serve calls. Caches that start with the first call do not
+/// hold it back (they cannot start before a call comes). One line saying why.
+pub(super) fn readiness(connect: &Cached) -> (bool, String) {
+    let Some(r) = connect.caches().map(|c| c.report()) else {
+        return (
+            true,
+            "ready: serving calls (the caches start with the first call)\n".to_string(),
+        );
+    };
+    // No node name: no pods are kept, and none are waited for.
+    let serving = (r.pods.synced || r.node.is_none()) && r.nads.synced;
+    if serving || !matches!(connect.caches, CachesFor::Every(_)) {
+        return (
+            true,
+            format!(
+                "ready: serving calls; in the caches: {} pods, {} NADs\n",
+                r.pods.objects, r.nads.objects
+            ),
+        );
+    }
+    let state = |synced| if synced { "in" } else { "not in" };
+    (
+        false,
+        format!(
+            "not ready: the caches do not serve yet (pods {}, NADs {})\n",
+            state(r.pods.synced),
+            state(r.nads.synced)
+        ),
+    )
+}
+
 /// One line of it for `GET /healthz`.
 pub(super) fn summary(connect: &Cached) -> String {
     let Some(r) = connect.caches().map(|c| c.report()) else {

@@ -175,8 +175,8 @@ type Offered = Arc<std::sync::Mutex<Option<(BTreeMap<String, String>, Vec<u8>)>>
 /// soon as it is read and run on the `POST /cni/go` that follows on the same connection, which
 /// the plugin sends only if the acknowledgement came in time (else it runs the call itself, and
 /// the daemon never does); `POST /cni` reads and runs a call at once (plugins of earlier
-/// versions); `GET /healthz` answers `ok` and a summary; `GET /caches` the caches' state as
-/// JSON.
+/// versions); `GET /healthz` answers `ok` and a summary; `GET /readyz` whether the caches
+/// serve (503 until they do); `GET /caches` the caches' state as JSON.
 pub(super) async fn answer(
     request: Request<Incoming>,
     peer: Option<tokio::net::unix::UCred>,
@@ -203,6 +203,15 @@ pub(super) async fn answer(
                     super::caches::summary(&shared.connect)
                 ),
             ));
+        }
+        ("GET", "/readyz") => {
+            let (ready, why) = super::caches::readiness(&shared.connect);
+            let status = if ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            return Ok(reply(status, why));
         }
         ("GET", "/caches") => {
             return Ok(reply(

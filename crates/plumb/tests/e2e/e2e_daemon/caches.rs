@@ -91,6 +91,22 @@ fn calls_requests(requests: &[LoggedRequest]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `plumb health [--ready]` against the daemon at `socket`: its exit and what it printed.
+fn health(socket: &Path, ready: bool) -> (std::process::Output, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_plumb"));
+    command.arg("health").arg("--socket").arg(socket);
+    if ready {
+        command.arg("--ready");
+    }
+    let out = command.output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, said)
+}
+
 fn patch_of(name: &str) -> (String, String) {
     (
         "PATCH".into(),
@@ -325,11 +341,26 @@ fn a_daemon_started_while_the_api_server_is_down_serves_calls_and_fills_its_cach
         (r["pods"]["synced"].clone(), r["node_found"].clone()),
         (json!(false), Value::Null)
     );
+    // Alive, not ready: what a DaemonSet's probes ask.
+    let (alive, _) = health(&socket, false);
+    assert!(alive.status.success());
+    let (ready, said) = health(&socket, true);
+    assert_eq!(ready.status.code(), Some(1));
+    assert!(
+        said.contains("not ready: the caches do not serve yet"),
+        "{said}"
+    );
     c.api.set_down(false);
     let uid = c.pod("default", "late", json!({NETWORKS: "net-a"}));
     let r = holding(&socket, 1);
     daemon.wait_for("caches: Node \"plumb-test-node\" found");
     assert_eq!(report(&socket)["caches"]["node_found"], true, "{r}");
+    let (ready, said) = health(&socket, true);
+    assert!(ready.status.success(), "{said}");
+    assert!(
+        said.starts_with("ready: serving calls; in the caches: 1 pods"),
+        "{said}"
+    );
     c.api.clear_requests();
     let ns = Netns::new();
     let pod = ("default", "late", uid.as_str());
