@@ -95,7 +95,24 @@ pub struct Args {
     /// GET when a pod selects it). Default: all namespaces.
     #[arg(long, value_name = "NAMESPACES", value_delimiter = ',')]
     pub nad_namespaces: Vec<String>,
+    /// The most calls run at once; more wait for a turn (calls for one container run one at a
+    /// time in any case).
+    #[arg(long, value_name = "N", default_value_t = MAX_CALLS, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_calls: u32,
+    /// How long, in seconds, a call waits for a turn beyond `--max-calls` before it is refused
+    /// with CNI code 11 (try again later: the runtime retries the sandbox).
+    #[arg(long, value_name = "SECONDS", default_value_t = MAX_WAIT.as_secs())]
+    pub max_wait: u64,
 }
+
+/// `--max-calls`' default: a burst of pods scheduled onto a node together (a rollout, a node
+/// drained elsewhere) runs at once up to this; each call mostly waits on its delegates'
+/// processes, and more at once only share the same cores and grow the daemon's threads.
+pub const MAX_CALLS: u32 = 32;
+
+/// `--max-wait`'s default: well within the kubelet's two minutes for a sandbox, so that the
+/// runtime gets code 11 and retries rather than giving up on the call.
+pub const MAX_WAIT: Duration = Duration::from_secs(30);
 
 /// The files the daemon keeps on the node: a kubeconfig from its service account, and plumb's
 /// CNI configuration, each when asked for.
@@ -191,6 +208,12 @@ pub(super) struct Shared {
     /// first, and the queue of the events they send after their answer.
     connect: Cached,
     running: AtomicUsize,
+    /// A turn for each call that runs (`--max-calls`), waited for up to `max_wait`.
+    turns: Arc<tokio::sync::Semaphore>,
+    max_calls: u32,
+    max_wait: Duration,
+    /// Calls refused for want of a turn.
+    refused: std::sync::atomic::AtomicU64,
     /// The uid that may call: the daemon's own (root on a node).
     uid: u32,
     /// The versions of the plugins that forwarded calls, other than the daemon's own, each
@@ -241,6 +264,10 @@ pub fn run(args: &Args) -> Result<(), CniError> {
     let shared = Arc::new(Shared {
         connect: caches::connect(args, &|v| std::env::var(v).ok())?,
         running: AtomicUsize::new(0),
+        turns: Arc::new(tokio::sync::Semaphore::new(args.max_calls as usize)),
+        max_calls: args.max_calls,
+        max_wait: Duration::from_secs(args.max_wait),
+        refused: Default::default(),
         uid,
         other_versions: Default::default(),
     });

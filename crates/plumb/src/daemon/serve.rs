@@ -197,8 +197,10 @@ pub(super) async fn answer(
             return Ok(reply(
                 StatusCode::OK,
                 format!(
-                    "ok: {} calls running, {} API clients idle; {}\n",
+                    "ok: {} calls running, {} refused for want of a turn, {} API clients \
+                     idle; {}\n",
                     shared.running.load(Ordering::SeqCst),
+                    shared.refused.load(Ordering::Relaxed),
                     shared.connect.pooled.0.idle(),
                     super::caches::summary(&shared.connect)
                 ),
@@ -274,6 +276,14 @@ async fn run(
     connection: Option<Arc<std::os::fd::OwnedFd>>,
     shared: Arc<Shared>,
 ) -> Response<Full<Bytes>> {
+    // A turn among `--max-calls`, held until the call ends on its thread; none within
+    // `--max-wait`: code 11, the runtime tries again later. A shim that goes away meanwhile
+    // drops this future, and the call never runs.
+    let turns = Arc::clone(&shared.turns);
+    let turn = match tokio::time::timeout(shared.max_wait, turns.acquire_owned()).await {
+        Ok(Ok(turn)) => turn,
+        _ => return overloaded(&env, &stdin, &shared),
+    };
     // Counted from here until the call itself ends, on its thread: a shim that went away (the
     // runtime killed it) drops this future, not the call.
     let running = Running::start(Arc::clone(&shared));
@@ -289,6 +299,7 @@ async fn run(
             .filter(|pid| *pid != 0);
         let out = call(&running.0, &env, &stdin, caller, connection, told);
         drop(running);
+        drop(turn);
         out
     })
     .await;
@@ -305,6 +316,39 @@ async fn run(
     *r.body_mut() = Full::new(Bytes::from(stdout));
     r.headers_mut()
         .insert(shim::EXIT_CODE_HEADER, http::HeaderValue::from(code));
+    r
+}
+
+/// The answer to a call that found no turn within `--max-wait`: CNI code 11 (try again later),
+/// counted, as the plugin would print it.
+fn overloaded(
+    env: &BTreeMap<String, String>,
+    stdin: &[u8],
+    shared: &Shared,
+) -> Response<Full<Bytes>> {
+    let refused = shared.refused.fetch_add(1, Ordering::Relaxed) + 1;
+    let mut e = CniError::new(
+        ErrorCode::TryAgainLater,
+        format!(
+            "plumb daemon: {} calls are running already (--max-calls) and this one found no \
+             turn within {} s; try again later",
+            shared.max_calls,
+            shared.max_wait.as_secs()
+        ),
+    );
+    e.cni_version = serde_json::from_slice::<serde_json::Value>(stdin)
+        .ok()
+        .and_then(|v| v["cniVersion"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    let who = env.get("CNI_CONTAINERID").map_or("?", String::as_str);
+    say(format_args!(
+        "refused a call for container {}: no turn within {} s ({refused} refused so far)",
+        cni::quote::cut(&plumb_engine::log::one_line(who), cni::quote::VALUE),
+        shared.max_wait.as_secs()
+    ));
+    let mut r = reply(StatusCode::OK, format!("{}\n", e.to_json()));
+    r.headers_mut()
+        .insert(shim::EXIT_CODE_HEADER, http::HeaderValue::from(1));
     r
 }
 

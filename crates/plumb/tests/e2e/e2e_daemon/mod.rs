@@ -482,3 +482,4 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
 mod caches;
 mod lifecycle;
 mod node_files;
+mod overload;

@@ -1,0 +1,68 @@
+//! The daemon under more calls than `--max-calls`: a call that finds no turn within
+//! `--max-wait` gets CNI code 11 (try again later) and succeeds when the runtime retries it.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use testkit::netns::Netns;
+
+use super::{answer_late, healthz, socket_of, through};
+use crate::common::cluster::{Cluster, NETWORKS};
+use crate::common::daemon::Daemon;
+use crate::common::{err, ok};
+
+#[test]
+fn a_call_beyond_max_calls_waits_then_gets_code_11_and_its_retry_succeeds() {
+    let mut c = Cluster::new(160);
+    let socket = socket_of(&c);
+    let daemon = Daemon::start_with(
+        &socket,
+        None,
+        &[
+            "--max-calls".as_ref(),
+            "1".as_ref(),
+            "--max-wait".as_ref(),
+            "1".as_ref(),
+        ],
+        &[],
+    );
+    through(&mut c, &socket);
+    let slow = c.pod("default", "slow", json!({NETWORKS: "net-a"}));
+    let next = c.pod("default", "next", json!({NETWORKS: "net-a"}));
+    // The first call's pod is answered late (its attempt gives up after 5 s and is retried):
+    // it holds the one turn meanwhile.
+    answer_late(
+        &c,
+        "GET",
+        Some("/api/v1/namespaces/default/pods/slow"),
+        Duration::from_secs(30),
+    );
+    let (ns1, ns2) = (Netns::new(), Netns::new());
+    std::thread::scope(|s| {
+        let first = s.spawn(|| c.call("ADD", &ns1, ("default", "slow", slow.as_str()), "o1"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !healthz(&socket).starts_with("ok: 1 calls running") {
+            assert!(Instant::now() < deadline, "the first call did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pod = ("default", "next", next.as_str());
+        let e = err(&c.call("ADD", &ns2, pod, "o2"));
+        assert_eq!(e["code"], 11, "{e}");
+        let msg = e["msg"].as_str().unwrap();
+        assert!(
+            msg.contains("1 calls are running already (--max-calls)")
+                && msg.contains("no turn within 1 s"),
+            "{msg}"
+        );
+        daemon.wait_for("refused a call for container o2: no turn within 1 s (1 refused so far)");
+        assert!(healthz(&socket).contains("1 refused for want of a turn"));
+        ok(&first.join().unwrap());
+        // The runtime's retry, once the turn is free.
+        ok(&c.call("ADD", &ns2, pod, "o2"));
+    });
+    for (ns, name, uid, cid) in [(&ns1, "slow", &slow, "o1"), (&ns2, "next", &next, "o2")] {
+        ok(&c.call("DEL", ns, ("default", name, uid.as_str()), cid));
+    }
+    c.assert_nothing_left(&ns1, "o1");
+    c.assert_nothing_left(&ns2, "o2");
+}
