@@ -38,11 +38,13 @@ pub enum CachesFor {
     },
 }
 
-/// Calls served from the caches, with the daemon's kept clients and its event queue.
+/// Calls served from the caches, with the daemon's kept clients, its event queue, and what
+/// times the calls' delegates.
 pub struct Cached {
     pub pooled: Pooled,
     pub caches: CachesFor,
     pub events: Arc<EventQueue>,
+    pub delegates: Option<cni::runtime::RanHook>,
 }
 
 impl Cached {
@@ -112,6 +114,10 @@ impl Connect for Cached {
 
     fn kubelet(&self, socket: &Path) -> Box<dyn PodResources> {
         self.pooled.kubelet(socket)
+    }
+
+    fn delegate_observer(&self) -> Option<cni::runtime::RanHook> {
+        self.delegates.clone()
     }
 }
 

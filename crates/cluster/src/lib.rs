@@ -5,6 +5,7 @@
 //! hand them to the engine through its `Connect` trait. This crate owns tokio: the engine's traits block, and
 //! each client runs its requests on a current-thread runtime of its own ([`runtime`]).
 
+pub mod api_requests;
 pub mod cached;
 pub mod caches;
 pub mod client_pool;

@@ -42,6 +42,20 @@ pub struct PluginLog {
 /// A callback for what succeeding plugins wrote on stderr.
 pub type StderrHook = Box<dyn Fn(&PluginLog) + Send + Sync>;
 
+/// One plugin run: which network's, which plugin, which command, how long it took and whether
+/// it succeeded (for the caller's measurements).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginRun<'a> {
+    pub network: &'a str,
+    pub plugin_type: &'a str,
+    pub command: Command,
+    pub took: std::time::Duration,
+    pub succeeded: bool,
+}
+
+/// A callback for every plugin run.
+pub type RanHook = std::sync::Arc<dyn Fn(&PluginRun<'_>) + Send + Sync>;
+
 /// The plugins of an ADD, found before anything runs ([`CniConfig::prepare_add`]).
 #[derive(Debug)]
 pub struct PreparedAdd {
@@ -66,6 +80,8 @@ pub struct CniConfig {
     pub exec: Box<dyn Exec>,
     /// Called with any stderr a succeeding plugin wrote (plugins log there).
     pub on_plugin_stderr: Option<StderrHook>,
+    /// Called after every plugin run.
+    pub on_plugin_ran: Option<RanHook>,
 }
 
 impl CniConfig {
@@ -76,6 +92,7 @@ impl CniConfig {
             cache,
             exec: Box::new(RawExec::default()),
             on_plugin_stderr: None,
+            on_plugin_ran: None,
         }
     }
 
@@ -132,19 +149,27 @@ impl CniConfig {
         rt: &RuntimeConf,
     ) -> Result<ExecOutput, CniError> {
         let plugin = &list.plugins[index];
-        let out = self
-            .exec
-            .exec_plugin(binary, stdin, &self.env(command, rt))
-            .map_err(|e| {
-                e.context(format!(
-                    "network {}: plugin {} ({} of {}) failed ({})",
-                    quote::quoted(&list.name),
-                    quote::quoted(&plugin.plugin_type),
-                    index + 1,
-                    list.plugins.len(),
-                    command.as_str()
-                ))
-            })?;
+        let started = std::time::Instant::now();
+        let out = self.exec.exec_plugin(binary, stdin, &self.env(command, rt));
+        if let Some(ran) = &self.on_plugin_ran {
+            ran(&PluginRun {
+                network: &list.name,
+                plugin_type: &plugin.plugin_type,
+                command,
+                took: started.elapsed(),
+                succeeded: out.is_ok(),
+            });
+        }
+        let out = out.map_err(|e| {
+            e.context(format!(
+                "network {}: plugin {} ({} of {}) failed ({})",
+                quote::quoted(&list.name),
+                quote::quoted(&plugin.plugin_type),
+                index + 1,
+                list.plugins.len(),
+                command.as_str()
+            ))
+        })?;
         if let Some(log) = &self.on_plugin_stderr
             && !out.stderr.is_empty()
         {

@@ -63,6 +63,11 @@ pub trait Connect: Sync {
     /// The kubelet's PodResources API at `socket`, asked only when a network needs a device
     /// (no connection before that).
     fn kubelet(&self, socket: &Path) -> Box<dyn PodResources>;
+
+    /// Told of every delegate the call runs (the daemon measures them); none by default.
+    fn delegate_observer(&self) -> Option<cni::runtime::RanHook> {
+        None
+    }
 }
 
 /// All the time one CNI call may spend waiting on the API: every request, retry and backoff

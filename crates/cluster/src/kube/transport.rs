@@ -90,12 +90,23 @@ pub fn client(cfg: kube::Config, usage: Use) -> Result<kube::Client, kube::Error
         .http2_keep_alive_timeout(ping_answer)
         .http2_keep_alive_while_idle(false)
         .build::<_, kube::client::Body>(timed);
+    // Every answer counted by verb and status (`api_requests`), the daemon's metrics.
+    let counted = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        let verb = crate::api_requests::verb(request.method(), request.uri().query());
+        let sent = hyper.request(request);
+        async move {
+            let answer = sent.await;
+            let status = answer.as_ref().map_or(0, |r| r.status().as_u16());
+            crate::api_requests::record(verb, status);
+            answer
+        }
+    });
     let service = ServiceBuilder::new()
         .layer(cfg.base_uri_layer())
         .option_layer(cfg.auth_layer()?)
         .layer(cfg.extra_headers_layer()?)
         .map_err(BoxError::from)
-        .service(hyper);
+        .service(counted);
     Ok(kube::Client::new(service, cfg.default_namespace))
 }
 

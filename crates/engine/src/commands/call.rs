@@ -93,7 +93,8 @@ impl<'a> Call<'a> {
         let pod_args = PodArgs::from_args(&cni_args).map_err(logged)?;
         // One log (one open log file) for plumb's lines and its delegates' stderr.
         let log = Arc::new(log);
-        let cni = delegates_runner(&config, &args.path, &log, config.cni_dir.clone());
+        let mut cni = delegates_runner(&config, &args.path, &log, config.cni_dir.clone());
+        cni.on_plugin_ran = connect.delegate_observer();
         Ok(Call {
             records: RecordStore::new(config.state_dir.clone()),
             device_info: DeviceInfoDirs::new(config.device_info_dir.clone()),

@@ -58,12 +58,16 @@ impl Plumb<'_> {
         // it), for this retry; its results are in Multus's cache too.
         let scratch = multus_cache::find(&call.config.multus_cni_dir, &args.container_id);
         let multus_runner = match &scratch {
-            Ok(Some(_)) => Some(delegates_runner(
-                &call.config,
-                &args.path,
-                &call.log,
-                call.config.multus_cni_dir.clone(),
-            )),
+            Ok(Some(_)) => {
+                let mut runner = delegates_runner(
+                    &call.config,
+                    &args.path,
+                    &call.log,
+                    call.config.multus_cni_dir.clone(),
+                );
+                runner.on_plugin_ran = call.cni.on_plugin_ran.clone();
+                Some(runner)
+            }
             _ => None,
         };
         let exec = Executor {

@@ -20,6 +20,7 @@ use super::{Args, say};
 pub(super) fn connect(
     args: &Args,
     getenv: &dyn Fn(&str) -> Option<String>,
+    delegates: cni::runtime::RanHook,
 ) -> Result<Cached, CniError> {
     let node = node_name(args.node_name.as_deref(), getenv)?;
     for ns in &args.nad_namespaces {
@@ -75,6 +76,7 @@ pub(super) fn connect(
         pooled: Pooled(pool),
         caches,
         events: Arc::new(events),
+        delegates: Some(delegates),
     })
 }
 

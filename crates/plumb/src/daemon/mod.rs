@@ -26,6 +26,7 @@ use crate::shim;
 mod caches;
 pub mod conf_writer;
 pub mod kubeconfig_writer;
+mod metrics;
 pub mod node_token;
 mod serve;
 mod socket;
@@ -103,6 +104,11 @@ pub struct Args {
     /// with CNI code 11 (try again later: the runtime retries the sandbox).
     #[arg(long, value_name = "SECONDS", default_value_t = MAX_WAIT.as_secs())]
     pub max_wait: u64,
+    /// Serve Prometheus metrics (`/metrics`), `/healthz` and `/readyz` over HTTP on this
+    /// address (say `127.0.0.1:9091`, or `0.0.0.0:9091` for a scraper off the node). Off by
+    /// default.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 /// `--max-calls`' default: a burst of pods scheduled onto a node together (a rollout, a node
@@ -214,6 +220,7 @@ pub(super) struct Shared {
     max_wait: Duration,
     /// Calls refused for want of a turn.
     refused: std::sync::atomic::AtomicU64,
+    metrics: metrics::Metrics,
     /// The uid that may call: the daemon's own (root on a node).
     uid: u32,
     /// The versions of the plugins that forwarded calls, other than the daemon's own, each
@@ -261,8 +268,14 @@ pub fn run(args: &Args) -> Result<(), CniError> {
     files.sweep_leftovers();
     // Not the owner of /proc/self, which is root whenever the process is not dumpable.
     let uid = nix::unistd::geteuid().as_raw();
+    let metrics = metrics::Metrics::default();
     let shared = Arc::new(Shared {
-        connect: caches::connect(args, &|v| std::env::var(v).ok())?,
+        connect: caches::connect(
+            args,
+            &|v| std::env::var(v).ok(),
+            metrics.delegate_observer(),
+        )?,
+        metrics,
         running: AtomicUsize::new(0),
         turns: Arc::new(tokio::sync::Semaphore::new(args.max_calls as usize)),
         max_calls: args.max_calls,
@@ -290,6 +303,9 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         socket.display(),
         shim::VERSION
     ));
+    if let Some(addr) = args.metrics_address {
+        rt.spawn(metrics::serve(addr, Arc::clone(&shared)));
+    }
     let served = rt.block_on(serve(
         listener,
         socket,

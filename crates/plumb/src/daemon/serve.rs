@@ -279,10 +279,16 @@ async fn run(
     // A turn among `--max-calls`, held until the call ends on its thread; none within
     // `--max-wait`: code 11, the runtime tries again later. A shim that goes away meanwhile
     // drops this future, and the call never runs.
+    let started = std::time::Instant::now();
+    let command = env.get("CNI_COMMAND").cloned().unwrap_or_default();
     let turns = Arc::clone(&shared.turns);
     let turn = match tokio::time::timeout(shared.max_wait, turns.acquire_owned()).await {
         Ok(Ok(turn)) => turn,
-        _ => return overloaded(&env, &stdin, &shared),
+        _ => {
+            let r = overloaded(&env, &stdin, &shared);
+            shared.metrics.call(&command, 11, started.elapsed());
+            return r;
+        }
     };
     // Counted from here until the call itself ends, on its thread: a shim that went away (the
     // runtime killed it) drops this future, not the call.
@@ -312,11 +318,27 @@ async fn run(
         );
         (format!("{}\n", e.to_json()).into_bytes(), 1)
     });
+    shared
+        .metrics
+        .call(&command, cni_code(code, &stdout), started.elapsed());
     let mut r = reply(StatusCode::OK, String::new());
     *r.body_mut() = Full::new(Bytes::from(stdout));
     r.headers_mut()
         .insert(shim::EXIT_CODE_HEADER, http::HeaderValue::from(code));
     r
+}
+
+/// The CNI code of a call that exited with `exit` and printed `stdout`: 0 on success, else its
+/// error's (`code`), 999 when its output says none.
+fn cni_code(exit: i32, stdout: &[u8]) -> u32 {
+    if exit == 0 {
+        return 0;
+    }
+    serde_json::from_slice::<serde_json::Value>(stdout)
+        .ok()
+        .and_then(|v| v["code"].as_u64())
+        .and_then(|c| u32::try_from(c).ok())
+        .unwrap_or(999)
 }
 
 /// The answer to a call that found no turn within `--max-wait`: CNI code 11 (try again later),

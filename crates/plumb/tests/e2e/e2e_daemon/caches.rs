@@ -69,7 +69,7 @@ fn wait_for(socket: &Path, what: &str, until: impl Fn(&Value) -> bool) -> Value 
 }
 
 /// The pods cache synced and holding `n` pods, the NADs' synced.
-fn holding(socket: &Path, n: u64) -> Value {
+pub(super) fn holding(socket: &Path, n: u64) -> Value {
     wait_for(socket, &format!("{n} pods in the cache"), |r| {
         let c = &r["caches"];
         c["pods"]["synced"] == true && c["nads"]["synced"] == true && c["pods"]["objects"] == n

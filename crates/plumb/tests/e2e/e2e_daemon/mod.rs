@@ -481,5 +481,6 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
 
 mod caches;
 mod lifecycle;
+mod metrics;
 mod node_files;
 mod overload;
