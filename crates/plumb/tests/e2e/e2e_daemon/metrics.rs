@@ -15,7 +15,7 @@ use crate::common::daemon::Daemon;
 use crate::common::ok;
 
 /// `GET path` on `addr`: the status and the body.
-fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+pub(super) fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     write!(
         s,
@@ -29,7 +29,7 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String) {
 }
 
 /// The value of the sample `key` (name and labels, as written) in Prometheus text.
-fn sample(text: &str, key: &str) -> Option<f64> {
+pub(super) fn sample(text: &str, key: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())

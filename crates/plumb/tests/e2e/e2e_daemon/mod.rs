@@ -479,6 +479,7 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
     c.assert_node_clean("after every pod's DEL");
 }
 
+mod burst;
 mod caches;
 mod lifecycle;
 mod metrics;
