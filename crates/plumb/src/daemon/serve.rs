@@ -1,7 +1,8 @@
-//! Serving the shim's calls: each connection on a thread of its own, one HTTP/1.1 request
-//! (`POST /cni`, the plugin's environment and stdin) run through the engine and answered with
-//! the plugin's stdout and exit code; a connection closed by the runtime marks its call
-//! abandoned. A daemon whose socket was taken over stops accepting and drains its calls.
+//! Serving the shim's calls: each connection on a task of its own, each call (the plugin's
+//! environment and stdin) run through the engine on a thread of its own once it has one of the
+//! `--max-calls` turns (code 11 after `--max-wait` without one), answered with the plugin's
+//! stdout and exit code, and counted in the metrics; a connection closed by the runtime marks its
+//! call abandoned. A daemon whose socket was taken over stops accepting and drains its calls.
 
 use plumb_engine::commands::{Caller, Plumb};
 use plumb_engine::routes::NetlinkRoutes;

@@ -11,10 +11,8 @@ use testkit::kube_api::KubeconfigUser;
 use testkit::netns::Netns;
 
 use super::caches::holding;
-use super::metrics::{get, sample};
-use super::{socket_of, through};
+use super::metrics::{METRICS_HOST, get, sample};
 use crate::common::cluster::{Cluster, NETWORKS, NODE};
-use crate::common::daemon::Daemon;
 
 const PODS: usize = 100;
 
@@ -24,29 +22,24 @@ fn a_burst_of_pods_beyond_max_calls_all_attach_and_detach_retrying_code_11() {
     let own = c
         .api
         .write_kubeconfig(c.node.path("daemon-kubeconfig"), KubeconfigUser::Token);
-    let socket = socket_of(&c);
     let addr: SocketAddr = {
-        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let free = std::net::TcpListener::bind(METRICS_HOST).unwrap();
         free.local_addr().unwrap()
     };
-    let daemon = Daemon::start_with(
-        &socket,
-        None,
+    let addr_arg = addr.to_string();
+    let (socket, daemon) = super::caches::watching_with(
+        &mut c,
+        &own,
+        NODE,
         &[
-            "--kubeconfig".as_ref(),
-            own.as_os_str(),
-            "--node-name".as_ref(),
-            NODE.as_ref(),
-            "--max-calls".as_ref(),
-            "4".as_ref(),
-            "--max-wait".as_ref(),
-            "1".as_ref(),
-            "--metrics-address".as_ref(),
-            addr.to_string().as_ref(),
+            "--max-calls",
+            "4",
+            "--max-wait",
+            "1",
+            "--metrics-address",
+            &addr_arg,
         ],
-        &[],
     );
-    through(&mut c, &socket);
     let pods: Vec<(String, String, Netns)> = (0..PODS)
         .map(|i| {
             let name = format!("b{i}");

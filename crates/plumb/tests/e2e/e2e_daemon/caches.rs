@@ -18,18 +18,25 @@ use crate::common::{err, ok};
 /// A daemon for `c` that watches with `kubeconfig`, for node `node`, its socket named in `c`'s
 /// configuration: the socket and the daemon.
 fn watching(c: &mut Cluster, kubeconfig: &Path, node: &str) -> (PathBuf, Daemon) {
+    watching_with(c, kubeconfig, node, &[])
+}
+
+/// [`watching`], with `more` arguments.
+pub(super) fn watching_with(
+    c: &mut Cluster,
+    kubeconfig: &Path,
+    node: &str,
+    more: &[&str],
+) -> (PathBuf, Daemon) {
     let socket = socket_of(c);
-    let daemon = Daemon::start_with(
-        &socket,
-        None,
-        &[
-            "--kubeconfig".as_ref(),
-            kubeconfig.as_os_str(),
-            "--node-name".as_ref(),
-            node.as_ref(),
-        ],
-        &[],
-    );
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "--kubeconfig".as_ref(),
+        kubeconfig.as_os_str(),
+        "--node-name".as_ref(),
+        node.as_ref(),
+    ];
+    args.extend(more.iter().map(std::ffi::OsStr::new));
+    let daemon = Daemon::start_with(&socket, None, &args, &[]);
     through(c, &socket);
     (socket, daemon)
 }

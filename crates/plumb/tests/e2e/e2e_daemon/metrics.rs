@@ -9,10 +9,12 @@ use serde_json::json;
 use testkit::kube_api::KubeconfigUser;
 use testkit::netns::Netns;
 
-use super::{socket_of, through};
 use crate::common::cluster::{Cluster, NETWORKS, NODE};
-use crate::common::daemon::Daemon;
 use crate::common::ok;
+
+/// Where the tests' daemons serve metrics: a loopback address of its own, so that a port taken
+/// there is never one the API stand-ins (on 127.0.0.1) give up while down and bind again.
+pub(super) const METRICS_HOST: &str = "127.0.0.2:0";
 
 /// `GET path` on `addr`: the status and the body.
 pub(super) fn get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -39,26 +41,14 @@ pub(super) fn sample(text: &str, key: &str) -> Option<f64> {
 fn metrics_show_calls_delegates_api_requests_and_caches_once_the_address_is_free() {
     let mut c = Cluster::new(159);
     // Another process (the daemon of the pod being replaced) holds the address.
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = std::net::TcpListener::bind(METRICS_HOST).unwrap();
     let addr = taken.local_addr().unwrap();
     let own = c
         .api
         .write_kubeconfig(c.node.path("daemon-kubeconfig"), KubeconfigUser::Token);
-    let socket = socket_of(&c);
-    let daemon = Daemon::start_with(
-        &socket,
-        None,
-        &[
-            "--kubeconfig".as_ref(),
-            own.as_os_str(),
-            "--node-name".as_ref(),
-            NODE.as_ref(),
-            "--metrics-address".as_ref(),
-            addr.to_string().as_ref(),
-        ],
-        &[],
-    );
-    through(&mut c, &socket);
+    let addr_arg = addr.to_string();
+    let (socket, daemon) =
+        super::caches::watching_with(&mut c, &own, NODE, &["--metrics-address", &addr_arg]);
     daemon.wait_for(&format!("metrics: cannot listen on {addr}"));
     let uid = c.pod("default", "web", json!({NETWORKS: "net-a"}));
     super::caches::holding(&socket, 1);
