@@ -1,7 +1,7 @@
 //! A pod and a NAD as the daemon's watch caches read them from the API server's lists and
-//! watch events, from arbitrary bytes: reading never panics; a pod keeps no annotation the plan
-//! does not read (besides a mirror's UID), its sandbox UID is its mirror's or its own; a NAD is
-//! served only with a string (or no) `spec.config`, and keeps at most its `resourceName`.
+//! watch events, from arbitrary bytes: reading never panics; a pod gives the plan no annotation
+//! it does not read, its sandbox UID is its mirror's or its own; a NAD is served only with a
+//! string (or no) `spec.config`, and keeps no annotation plumb does not read.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -25,11 +25,12 @@ fuzz_target!(|data: &[u8]| {
         && let Some(plain) = nad.to_nad()
     {
         let kept = plain.metadata.annotations.unwrap_or_default();
-        assert!(
-            kept.keys()
-                .all(|k| k == netattach::nad::RESOURCE_NAME_ANNOTATION),
-            "{kept:?}"
-        );
+        let read = |k: &str| {
+            plumb_engine::plan::reads_annotation(k)
+                || k == netattach::nad::RESOURCE_NAME_ANNOTATION
+                || k == "kubernetes.io/config.mirror"
+        };
+        assert!(kept.keys().all(|k| read(k)), "{kept:?}");
         let _ = plain.spec.config.map(|c| c.len());
     }
 });
