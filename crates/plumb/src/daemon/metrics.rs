@@ -24,6 +24,14 @@ use super::{Shared, say};
 /// How often a daemon whose metrics address is taken tries it again.
 const BIND_AGAIN: Duration = Duration::from_secs(5);
 
+/// The most networks the delegates' durations are labelled with by name.
+const MAX_NETWORKS: usize = 64;
+/// The longest network name used as a label (a CNI network name is a short identifier).
+const MAX_NETWORK_NAME: usize = 128;
+
+/// The most connections to the metrics address served at once; more wait in the backlog.
+const MAX_CONNECTIONS: usize = 16;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
     command: String,
@@ -89,10 +97,16 @@ impl Metrics {
     /// One call answered: its command, CNI code (0: success) and duration.
     pub(super) fn call(&self, command: &str, code: u32, took: Duration) {
         let command = known_command(command);
+        // The spec's codes and the plugins' range (CNI spec 1.1 §6); anything else, which a
+        // delegate could print, as one value.
+        let code = match code {
+            0..=11 | 100..=199 | 999 => code.to_string(),
+            _ => "other".to_string(),
+        };
         self.calls
             .get_or_create(&CallLabels {
                 command: command.clone(),
-                code: code.to_string(),
+                code,
             })
             .inc();
         self.call_seconds
@@ -100,14 +114,28 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    /// What the calls' delegates are timed with.
+    /// What the calls' delegates are timed with. Network names come from NADs, which anyone
+    /// allowed to make one names: the first [`MAX_NETWORKS`] are labelled by name, any other as
+    /// `other`, so that the metrics cannot grow without end.
     pub(super) fn delegate_observer(&self) -> cni::runtime::RanHook {
         let family = self.delegate_seconds.clone();
+        let named = std::sync::Mutex::new(std::collections::BTreeSet::<String>::new());
         Arc::new(move |run: &cni::runtime::PluginRun<'_>| {
+            let network = {
+                let mut named = named.lock().unwrap_or_else(|p| p.into_inner());
+                let fits = run.network.len() <= MAX_NETWORK_NAME
+                    && (named.contains(run.network) || named.len() < MAX_NETWORKS);
+                if fits {
+                    named.insert(run.network.to_string());
+                    run.network.to_string()
+                } else {
+                    "other".to_string()
+                }
+            };
             family
                 .get_or_create(&DelegateLabels {
-                    network: run.network.to_string(),
-                    command: run.command.as_str().to_string(),
+                    network,
+                    command: known_command(run.command.as_str()),
                 })
                 .observe(run.took.as_secs_f64());
         })
@@ -283,6 +311,14 @@ pub(super) async fn serve(addr: SocketAddr, shared: Arc<Shared>) {
     let listener = loop {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => break l,
+            // Anything but a taken address (one this host does not have, a port not allowed)
+            // does not go away by waiting.
+            Err(e) if e.kind() != std::io::ErrorKind::AddrInUse => {
+                say(format_args!(
+                    "metrics: cannot listen on {addr}: {e}; serving calls without metrics"
+                ));
+                return;
+            }
             Err(e) => {
                 if !said {
                     say(format_args!(
@@ -299,7 +335,11 @@ pub(super) async fn serve(addr: SocketAddr, shared: Arc<Shared>) {
     say(format_args!(
         "metrics: serving /metrics, /healthz and /readyz on {addr}"
     ));
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = Arc::clone(&open).acquire_owned().await else {
+            return;
+        };
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
@@ -307,12 +347,16 @@ pub(super) async fn serve(addr: SocketAddr, shared: Arc<Shared>) {
         let _ = stream.set_nodelay(true);
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
+            let _slot = slot;
             let service =
                 hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
                     let answer = answer(request.uri().path(), &shared);
                     async move { Ok::<_, std::convert::Infallible>(answer) }
                 });
+            // The timer gives hyper its header-read timeout (30 s): a client that connects and
+            // says nothing does not keep its slot.
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                 .await;
         });

@@ -314,6 +314,10 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         signals,
         files,
     ));
+    // Calls still waiting for a turn get code 11 at once (the runtime retries them, in the
+    // plugin or with the next daemon) rather than starting during the drain or being dropped
+    // unanswered at its end.
+    shared.turns.close();
     // The socket goes first: a shim that comes now runs its call in thin mode. Only if it is
     // still the one this daemon bound: another daemon may have taken the path over (and serves
     // on it now), or an operator removed it and started one by hand.

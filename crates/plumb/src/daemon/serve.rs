@@ -285,8 +285,9 @@ async fn run(
     let turns = Arc::clone(&shared.turns);
     let turn = match tokio::time::timeout(shared.max_wait, turns.acquire_owned()).await {
         Ok(Ok(turn)) => turn,
-        _ => {
-            let r = overloaded(&env, &stdin, &shared);
+        waited => {
+            let stopping = matches!(waited, Ok(Err(_)));
+            let r = try_again_later(&env, &stdin, &shared, stopping);
             shared.metrics.call(&command, 11, started.elapsed());
             return r;
         }
@@ -342,33 +343,42 @@ fn cni_code(exit: i32, stdout: &[u8]) -> u32 {
         .unwrap_or(999)
 }
 
-/// The answer to a call that found no turn within `--max-wait`: CNI code 11 (try again later),
-/// counted, as the plugin would print it.
-fn overloaded(
+/// The answer to a call that found no turn within `--max-wait`, or that waited for one while
+/// the daemon stopped: CNI code 11 (try again later), counted, as the plugin would print it.
+fn try_again_later(
     env: &BTreeMap<String, String>,
     stdin: &[u8],
     shared: &Shared,
+    stopping: bool,
 ) -> Response<Full<Bytes>> {
     let refused = shared.refused.fetch_add(1, Ordering::Relaxed) + 1;
-    let mut e = CniError::new(
-        ErrorCode::TryAgainLater,
+    let why = if stopping {
+        "plumb daemon: stopping; try again later".to_string()
+    } else {
         format!(
             "plumb daemon: {} calls are running already (--max-calls) and this one found no \
              turn within {} s; try again later",
             shared.max_calls,
             shared.max_wait.as_secs()
-        ),
-    );
+        )
+    };
+    let mut e = CniError::new(ErrorCode::TryAgainLater, why);
     e.cni_version = serde_json::from_slice::<serde_json::Value>(stdin)
         .ok()
         .and_then(|v| v["cniVersion"].as_str().map(str::to_string))
         .unwrap_or_default();
     let who = env.get("CNI_CONTAINERID").map_or("?", String::as_str);
-    say(format_args!(
-        "refused a call for container {}: no turn within {} s ({refused} refused so far)",
-        cni::quote::cut(&plumb_engine::log::one_line(who), cni::quote::VALUE),
-        shared.max_wait.as_secs()
-    ));
+    let who = cni::quote::cut(&plumb_engine::log::one_line(who), cni::quote::VALUE).into_owned();
+    if stopping {
+        say(format_args!(
+            "refused a call for container {who}: stopping ({refused} refused so far)"
+        ));
+    } else {
+        say(format_args!(
+            "refused a call for container {who}: no turn within {} s ({refused} refused so far)",
+            shared.max_wait.as_secs()
+        ));
+    }
     let mut r = reply(StatusCode::OK, format!("{}\n", e.to_json()));
     r.headers_mut()
         .insert(shim::EXIT_CODE_HEADER, http::HeaderValue::from(1));
@@ -468,4 +478,14 @@ pub(super) fn call(
     let mut stdout = Vec::new();
     let code = cni::skel::dispatch(&plugin, &getenv, &mut &stdin[..], &mut stdout);
     (stdout, code)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_calls_code_is_its_errors_or_999() {
+        assert_eq!(super::cni_code(0, b""), 0);
+        assert_eq!(super::cni_code(1, br#"{"code": 11, "msg": "x"}"#), 11);
+        assert_eq!(super::cni_code(1, b"not json"), 999);
+    }
 }
