@@ -118,6 +118,9 @@ pub struct KubeApi {
     runtime: Handle,
     /// The accept loop while the server is up; aborting it closes the listening socket.
     listener: Mutex<Option<JoinHandle<()>>>,
+    /// While down: a socket bound to the address and not listening (connecting is refused), so
+    /// that no other socket of the machine (a client's ephemeral port) takes the port meanwhile.
+    reserved: Mutex<Option<tokio::net::TcpSocket>>,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -183,6 +186,7 @@ impl KubeApi {
             acceptor,
             runtime: handle,
             listener: Mutex::new(None),
+            reserved: Mutex::new(None),
             shutdown: Some(shutdown),
             thread: Some(thread),
         };
@@ -444,15 +448,37 @@ impl KubeApi {
                     let _ = closed.send(());
                 });
                 let _ = wait.recv_timeout(Duration::from_secs(5));
+                *lock(&self.reserved) = self.reserve();
             }
             self.shared.cut_connections();
         } else if listener.is_none() {
             drop(listener);
-            let socket = TcpListener::bind(self.shared.addr).unwrap_or_else(|e| {
+            let reserved = lock(&self.reserved).take();
+            let listening = match reserved {
+                Some(socket) => {
+                    let _in = self.runtime.enter();
+                    socket.listen(1024).and_then(|l| l.into_std())
+                }
+                None => TcpListener::bind(self.shared.addr),
+            };
+            let socket = listening.unwrap_or_else(|e| {
                 panic!("rebind {} after set_down(false): {e}", self.shared.addr)
             });
             self.serve(socket);
         }
+    }
+
+    /// The address bound again at once, not listening (`reserved`); `None` if it cannot be.
+    fn reserve(&self) -> Option<tokio::net::TcpSocket> {
+        let socket = match self.shared.addr {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        }
+        .ok()?;
+        // As std's listeners do: the cut connections' TIME_WAIT does not hold the port.
+        socket.set_reuseaddr(true).ok()?;
+        socket.bind(self.shared.addr).ok()?;
+        Some(socket)
     }
 
     /// Whether `set_down(true)` is in effect.
