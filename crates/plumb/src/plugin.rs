@@ -45,7 +45,7 @@ pub fn run(getenv: &dyn Fn(&str) -> Option<String>) -> i32 {
             }
             Err(e) => {
                 let mut e = crate::shim::failed(e, &env, &stdin);
-                e.cni_version = cni_version(&stdin);
+                e.cni_version = crate::shim::cni_version(&stdin);
                 let _ = writeln!(stdout, "{}", e.to_json());
                 return 1;
             }
@@ -57,12 +57,4 @@ pub fn run(getenv: &dyn Fn(&str) -> Option<String>) -> i32 {
         caller,
     };
     cni::skel::dispatch(&plugin, getenv, &mut &stdin[..], &mut stdout)
-}
-
-/// The `cniVersion` of a configuration, for an error about it (empty when there is none).
-fn cni_version(stdin: &[u8]) -> String {
-    serde_json::from_slice::<serde_json::Value>(stdin)
-        .ok()
-        .and_then(|v| v["cniVersion"].as_str().map(str::to_string))
-        .unwrap_or_default()
 }

@@ -389,3 +389,55 @@ fn answer(path: &str, shared: &Shared) -> Response<Full<Bytes>> {
     );
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delegates_are_labelled_by_at_most_max_networks_names_and_the_rest_as_other() {
+        let metrics = Metrics::default();
+        let observe = metrics.delegate_observer();
+        let long = "n".repeat(MAX_NETWORK_NAME + 1);
+        let names: Vec<String> = (0..MAX_NETWORKS + 5).map(|i| format!("net-{i}")).collect();
+        for network in names
+            .iter()
+            .map(String::as_str)
+            .chain([long.as_str(), "net-0"])
+        {
+            observe(&cni::runtime::PluginRun {
+                network,
+                plugin_type: "bridge",
+                command: cni::exec::Command::Add,
+                took: Duration::from_millis(3),
+                succeeded: true,
+            });
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics.registry).unwrap();
+        let counted: Vec<&str> = (text.lines())
+            .filter(|l| l.starts_with("plumb_delegate_duration_seconds_count"))
+            .collect();
+        assert_eq!(counted.len(), MAX_NETWORKS + 1, "{counted:?}");
+        let count = |network: &str| {
+            let key = format!(
+                "plumb_delegate_duration_seconds_count{{network=\"{network}\",command=\"ADD\"}} "
+            );
+            counted
+                .iter()
+                .find_map(|l| l.strip_prefix(key.as_str()))
+                .map(str::to_string)
+        };
+        assert_eq!(
+            count("net-0").as_deref(),
+            Some("2"),
+            "a name seen before keeps its label"
+        );
+        assert_eq!(
+            count("other").as_deref(),
+            Some("6"),
+            "5 names past the bound and a long one"
+        );
+        assert_eq!(count(&format!("net-{MAX_NETWORKS}")), None);
+    }
+}

@@ -363,10 +363,7 @@ fn try_again_later(
         )
     };
     let mut e = CniError::new(ErrorCode::TryAgainLater, why);
-    e.cni_version = serde_json::from_slice::<serde_json::Value>(stdin)
-        .ok()
-        .and_then(|v| v["cniVersion"].as_str().map(str::to_string))
-        .unwrap_or_default();
+    e.cni_version = shim::cni_version(stdin);
     let who = env.get("CNI_CONTAINERID").map_or("?", String::as_str);
     let who = cni::quote::cut(&plumb_engine::log::one_line(who), cni::quote::VALUE).into_owned();
     if stopping {

@@ -73,6 +73,15 @@ pub enum Forwarded {
     Unacknowledged(String),
 }
 
+/// The `cniVersion` of a call's configuration, for an error about the call that the plugin or
+/// the daemon answers itself (empty when there is none).
+pub fn cni_version(stdin: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(stdin)
+        .ok()
+        .and_then(|v| v["cniVersion"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// The body of a forwarded call: `env` as one line of JSON, then `stdin`.
 pub fn request_body(env: &BTreeMap<String, String>, stdin: &[u8]) -> Vec<u8> {
     let mut body = serde_json::to_vec(env).unwrap_or_else(|_| b"{}".to_vec());

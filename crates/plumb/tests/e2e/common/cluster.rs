@@ -54,6 +54,15 @@ pub fn nad(ns: &str, name: &str, config: Value) -> Value {
            "spec": {"config": config.to_string()}})
 }
 
+/// Whether `r` is one of the daemon's watch caches' requests (their lists, watches and Node
+/// lookup), not a call's.
+pub fn is_the_caches(r: &testkit::kube_api::LoggedRequest) -> bool {
+    r.method == "GET"
+        && (r.path.ends_with("/pods")
+            || r.path.ends_with("/network-attachment-definitions")
+            || r.path.starts_with("/api/v1/nodes/"))
+}
+
 /// The `CNI_ARGS` a runtime gives plumb for sandbox `cid` of pod (namespace, name, UID).
 pub fn pod_args((ns, name, uid): (&str, &str, &str), cid: &str) -> String {
     format!(
@@ -133,14 +142,8 @@ impl Cluster {
     /// How many connections to the API server carried the calls' requests: the daemon's
     /// watches (its caches' lists, watches and Node lookup) have one of their own.
     pub fn call_connections(&self) -> usize {
-        let watches = |r: &testkit::kube_api::LoggedRequest| {
-            r.method == "GET"
-                && (r.path.ends_with("/pods")
-                    || r.path.ends_with("/network-attachment-definitions")
-                    || r.path.starts_with("/api/v1/nodes/"))
-        };
         let mut calls: Vec<u64> = (self.api.requests().iter())
-            .filter(|r| !watches(r))
+            .filter(|r| !is_the_caches(r))
             .map(|r| r.connection)
             .collect();
         calls.sort();

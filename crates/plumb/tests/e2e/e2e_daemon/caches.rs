@@ -11,7 +11,7 @@ use testkit::kube_api::{Fault, FaultKind, KubeconfigUser, LoggedRequest, Resourc
 use testkit::netns::{Link, Netns, unique_name};
 
 use super::{http, socket_of, through};
-use crate::common::cluster::{Cluster, NETWORKS, NODE, bridge_nad};
+use crate::common::cluster::{Cluster, NETWORKS, NODE, bridge_nad, is_the_caches};
 use crate::common::daemon::Daemon;
 use crate::common::{err, ok};
 
@@ -88,12 +88,7 @@ pub(super) fn holding(socket: &Path, n: u64) -> Value {
 fn calls_requests(requests: &[LoggedRequest]) -> Vec<(String, String)> {
     requests
         .iter()
-        .filter(|r| {
-            !(r.method == "GET"
-                && (r.path.ends_with("/pods")
-                    || r.path.ends_with("/network-attachment-definitions")
-                    || r.path.starts_with("/api/v1/nodes/")))
-        })
+        .filter(|r| !is_the_caches(r))
         .map(|r| (r.method.clone(), r.path.clone()))
         .collect()
 }
