@@ -220,6 +220,8 @@ pub(super) struct Shared {
     max_wait: Duration,
     /// Calls refused for want of a turn.
     refused: std::sync::atomic::AtomicU64,
+    /// Calls waiting for a turn now.
+    waiting: AtomicUsize,
     metrics: metrics::Metrics,
     /// The uid that may call: the daemon's own (root on a node).
     uid: u32,
@@ -281,6 +283,7 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         max_calls: args.max_calls,
         max_wait: Duration::from_secs(args.max_wait),
         refused: Default::default(),
+        waiting: AtomicUsize::new(0),
         uid,
         other_versions: Default::default(),
     });

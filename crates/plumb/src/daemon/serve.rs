@@ -198,9 +198,10 @@ pub(super) async fn answer(
             return Ok(reply(
                 StatusCode::OK,
                 format!(
-                    "ok: {} calls running, {} refused for want of a turn, {} API clients \
-                     idle; {}\n",
+                    "ok: {} calls running, {} waiting for a turn, {} refused for want of a \
+                     turn, {} API clients idle; {}\n",
                     shared.running.load(Ordering::SeqCst),
+                    shared.waiting.load(Ordering::SeqCst),
                     shared.refused.load(Ordering::Relaxed),
                     shared.connect.pooled.0.idle(),
                     super::caches::summary(&shared.connect)
@@ -283,7 +284,10 @@ async fn run(
     let started = std::time::Instant::now();
     let command = env.get("CNI_COMMAND").cloned().unwrap_or_default();
     let turns = Arc::clone(&shared.turns);
-    let turn = match tokio::time::timeout(shared.max_wait, turns.acquire_owned()).await {
+    shared.waiting.fetch_add(1, Ordering::SeqCst);
+    let waited = tokio::time::timeout(shared.max_wait, turns.acquire_owned()).await;
+    shared.waiting.fetch_sub(1, Ordering::SeqCst);
+    let turn = match waited {
         Ok(Ok(turn)) => turn,
         waited => {
             let stopping = matches!(waited, Ok(Err(_)));

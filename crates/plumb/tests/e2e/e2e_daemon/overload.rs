@@ -66,3 +66,62 @@ fn a_call_beyond_max_calls_waits_then_gets_code_11_and_its_retry_succeeds() {
     c.assert_nothing_left(&ns1, "o1");
     c.assert_nothing_left(&ns2, "o2");
 }
+
+#[test]
+fn calls_waiting_for_a_turn_when_the_daemon_stops_get_code_11_at_once_and_the_running_one_ends() {
+    let mut c = Cluster::new(157);
+    let socket = socket_of(&c);
+    let daemon = Daemon::start_with(
+        &socket,
+        None,
+        &[
+            "--max-calls".as_ref(),
+            "1".as_ref(),
+            "--max-wait".as_ref(),
+            "120".as_ref(),
+        ],
+        &[],
+    );
+    through(&mut c, &socket);
+    let slow = c.pod("default", "slow", json!({NETWORKS: "net-a"}));
+    let next = c.pod("default", "next", json!({NETWORKS: "net-a"}));
+    answer_late(
+        &c,
+        "GET",
+        Some("/api/v1/namespaces/default/pods/slow"),
+        Duration::from_secs(30),
+    );
+    let (ns1, ns2) = (Netns::new(), Netns::new());
+    let slow_pod = ("default", "slow", slow.as_str());
+    let next_pod = ("default", "next", next.as_str());
+    std::thread::scope(|s| {
+        let first = s.spawn(|| c.call("ADD", &ns1, slow_pod, "w1"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !healthz(&socket).starts_with("ok: 1 calls running") {
+            assert!(Instant::now() < deadline, "the first call did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let second = s.spawn(|| c.call("ADD", &ns2, next_pod, "w2"));
+        while !healthz(&socket).contains("1 waiting for a turn") {
+            assert!(Instant::now() < deadline, "the second call did not wait");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SIGTERM: the waiting call is answered now, well before its 120 s; the running one
+        // is drained.
+        let (status, said) = daemon.stop();
+        assert!(status.success(), "{said}");
+        let e = err(&second.join().unwrap());
+        assert_eq!(e["code"], 11, "{e}");
+        assert!(e["msg"].as_str().unwrap().contains("stopping"), "{e}");
+        assert!(
+            said.contains("refused a call for container w2: stopping"),
+            "{said}"
+        );
+        ok(&first.join().unwrap());
+    });
+    // The daemon is gone: the DELs run in the plugin.
+    ok(&c.call("DEL", &ns1, slow_pod, "w1"));
+    ok(&c.call("DEL", &ns2, next_pod, "w2"));
+    c.assert_nothing_left(&ns1, "w1");
+    c.assert_nothing_left(&ns2, "w2");
+}
