@@ -28,16 +28,22 @@ pub enum Source {
     /// names. Read again, and the watches started again, when a file of it changes (a rotated
     /// token).
     Kubeconfig(PathBuf),
-    /// The pod's service account (`KUBERNETES_SERVICE_HOST`, the token kube-rs reads again as
-    /// the kubelet rotates it).
-    InCluster,
+    /// The pod's service account: the API server at `server` (from `KUBERNETES_SERVICE_HOST`),
+    /// the `ca.crt` and `token` in the directory `service_account` (the token kube-rs reads
+    /// again as the kubelet rotates it).
+    InCluster {
+        server: String,
+        service_account: PathBuf,
+    },
 }
 
 impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Source::Kubeconfig(path) => write!(f, "kubeconfig {}", path.display()),
-            Source::InCluster => f.write_str("the pod's service account (in-cluster)"),
+            Source::InCluster { server, .. } => {
+                write!(f, "the pod's service account (in-cluster, {server})")
+            }
         }
     }
 }

@@ -127,7 +127,13 @@ async fn client_of(source: &Source) -> Result<(kube::Client, Option<Sources>), c
             let (client, sources) = watch_client(path).await?;
             Ok((client, Some(sources)))
         }
-        Source::InCluster => Ok((in_cluster_watch_client()?, None)),
+        Source::InCluster {
+            server,
+            service_account,
+        } => Ok((
+            in_cluster_watch_client(server, service_account).await?,
+            None,
+        )),
     }
 }
 

@@ -42,16 +42,38 @@ pub(crate) async fn watch_client(kubeconfig: &Path) -> Result<(kube::Client, Sou
     Ok((client, sources))
 }
 
-/// A client for the daemon's watch caches from the pod's service account (kube-rs reads the
-/// rotated token itself), made on the runtime it runs on.
-pub(crate) fn in_cluster_watch_client() -> Result<kube::Client, CniError> {
+/// A client for the daemon's watch caches from a pod's service account: the API server at
+/// `server`, the CA certificate and token in the directory `service_account` (`ca.crt`,
+/// `token`, kube-rs reading the token again as the kubelet rotates it), made on the runtime it
+/// runs on. Not kube-rs's own in-cluster configuration, which reads the directory at its fixed
+/// path: the daemon may read it elsewhere (`plumb daemon --host-root`).
+pub(crate) async fn in_cluster_watch_client(
+    server: &str,
+    service_account: &Path,
+) -> Result<kube::Client, CniError> {
     let failed = |e: &dyn std::fmt::Display| {
         CniError::new(
             ErrorCode::InvalidConfig,
-            format!("in-cluster configuration: {e}"),
+            format!(
+                "in-cluster configuration ({server}, the service account in {}): {e}",
+                service_account.display()
+            ),
         )
     };
-    let cfg = kube::Config::incluster().map_err(|e| failed(&e))?;
+    let file = |name: &str| service_account.join(name).to_string_lossy().into_owned();
+    let kubeconfig = serde_json::json!({
+        "clusters": [{"name": "in-cluster",
+                      "cluster": {"server": server, "certificate-authority": file("ca.crt")}}],
+        "users": [{"name": "in-cluster", "user": {"tokenFile": file("token")}}],
+        "contexts": [{"name": "in-cluster",
+                      "context": {"cluster": "in-cluster", "user": "in-cluster"}}],
+        "current-context": "in-cluster",
+    });
+    let kubeconfig: kube::config::Kubeconfig =
+        serde_json::from_value(kubeconfig).map_err(|e| failed(&e))?;
+    let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| failed(&e))?;
     let (client, _) = client_of_config(cfg, Use::Watch).map_err(|e| failed(&e))?;
     Ok(client)
 }

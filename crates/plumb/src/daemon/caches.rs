@@ -19,6 +19,7 @@ use super::{Args, say};
 /// The calls' connection to the cluster: the kept clients, the caches, the event queue.
 pub(super) fn connect(
     args: &Args,
+    service_account: &Path,
     getenv: &dyn Fn(&str) -> Option<String>,
     delegates: cni::runtime::RanHook,
 ) -> Result<Cached, CniError> {
@@ -48,7 +49,7 @@ pub(super) fn connect(
         Some(node) => format!("the pods of node {node:?}"),
         None => "no pods".to_string(),
     };
-    let caches = match source(args.kubeconfig.as_deref(), getenv) {
+    let caches = match source(args.kubeconfig.as_deref(), service_account, getenv)? {
         Some(source) => {
             say(format_args!(
                 "caches: watching {pods} and the NADs of {which} with {source}"
@@ -118,15 +119,38 @@ fn node_name(
     Err(CniError::new(ErrorCode::InvalidConfig, problem))
 }
 
-/// The daemon's own identity: `--kubeconfig`, else the pod's service account when it runs in a
-/// pod; `None`: the kubeconfig of the first call.
-fn source(kubeconfig: Option<&Path>, getenv: &dyn Fn(&str) -> Option<String>) -> Option<Source> {
-    match kubeconfig {
-        Some(path) => Some(Source::Kubeconfig(path.to_path_buf())),
-        None => getenv("KUBERNETES_SERVICE_HOST")
-            .filter(|h| !h.is_empty())
-            .map(|_| Source::InCluster),
+/// Whether the daemon watches with its pod's service account: it runs in a pod (Kubernetes set
+/// `KUBERNETES_SERVICE_HOST`) and has no `--kubeconfig`.
+pub(super) fn in_a_pod(args: &Args, getenv: &dyn Fn(&str) -> Option<String>) -> bool {
+    args.kubeconfig.is_none() && getenv("KUBERNETES_SERVICE_HOST").is_some_and(|h| !h.is_empty())
+}
+
+/// The daemon's own identity: `--kubeconfig`, else the pod's service account in
+/// `service_account` when it runs in a pod; `None`: the kubeconfig of the first call.
+fn source(
+    kubeconfig: Option<&Path>,
+    service_account: &Path,
+    getenv: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Source>, CniError> {
+    if let Some(path) = kubeconfig {
+        return Ok(Some(Source::Kubeconfig(path.to_path_buf())));
     }
+    if getenv("KUBERNETES_SERVICE_HOST").is_none_or(|h| h.is_empty()) {
+        return Ok(None);
+    }
+    let server = super::kubeconfig_writer::in_cluster_server(getenv).map_err(|name| {
+        CniError::new(
+            ErrorCode::InvalidConfig,
+            format!(
+                "{name} is not set, KUBERNETES_SERVICE_HOST is: the daemon's pod names no API \
+                 server to watch (give --kubeconfig)"
+            ),
+        )
+    })?;
+    Ok(Some(Source::InCluster {
+        server,
+        service_account: service_account.to_path_buf(),
+    }))
 }
 
 /// The caches' state and the events' counts, as JSON (`GET /caches`).
@@ -215,10 +239,21 @@ mod tests {
 
     #[test]
     fn the_identity_is_the_flag_then_the_pod_then_the_first_call() {
-        let in_pod = |v: &str| (v == "KUBERNETES_SERVICE_HOST").then(|| "10.0.0.1".to_string());
-        let k = Path::new("/k");
-        assert!(matches!(source(Some(k), &in_pod), Some(Source::Kubeconfig(p)) if p == k));
-        assert!(matches!(source(None, &in_pod), Some(Source::InCluster)));
-        assert!(source(None, &|_| None).is_none());
+        let in_pod = |v: &str| match v {
+            "KUBERNETES_SERVICE_HOST" => Some("fd00::1".to_string()),
+            "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
+            _ => None,
+        };
+        let (k, sa) = (Path::new("/k"), Path::new("/sa"));
+        assert!(matches!(source(Some(k), sa, &in_pod), Ok(Some(Source::Kubeconfig(p))) if p == k));
+        assert!(matches!(
+            source(None, sa, &in_pod),
+            Ok(Some(Source::InCluster { server, service_account }))
+                if server == "https://[fd00::1]:443" && service_account == sa
+        ));
+        assert!(matches!(source(None, sa, &|_| None), Ok(None)));
+        let no_port = |v: &str| (v == "KUBERNETES_SERVICE_HOST").then(|| "10.0.0.1".to_string());
+        let e = source(None, sa, &no_port).unwrap_err();
+        assert!(e.msg.contains("KUBERNETES_SERVICE_PORT"), "{e}");
     }
 }

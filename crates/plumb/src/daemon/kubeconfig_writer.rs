@@ -62,27 +62,15 @@ impl KubeconfigWriter {
         service_account: PathBuf,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<KubeconfigWriter, CniError> {
-        let var = |name: &str| {
-            env(name).filter(|v| !v.is_empty()).ok_or_else(|| {
-                CniError::new(
-                    ErrorCode::InvalidConfig,
-                    format!(
-                        "--write-kubeconfig: {name} is not set: the API server's address comes \
-                         from the environment Kubernetes gives a pod (run the daemon in one)"
-                    ),
-                )
-            })
-        };
-        let (host, port) = (
-            var("KUBERNETES_SERVICE_HOST")?,
-            var("KUBERNETES_SERVICE_PORT")?,
-        );
-        // An IPv6 address goes in brackets in a URL.
-        let host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host
-        };
+        let server = in_cluster_server(&env).map_err(|name| {
+            CniError::new(
+                ErrorCode::InvalidConfig,
+                format!(
+                    "--write-kubeconfig: {name} is not set: the API server's address comes \
+                     from the environment Kubernetes gives a pod (run the daemon in one)"
+                ),
+            )
+        })?;
         let Some(name) = path.file_name().filter(|_| path.parent().is_some()) else {
             return Err(CniError::new(
                 ErrorCode::InvalidConfig,
@@ -105,7 +93,7 @@ impl KubeconfigWriter {
         Ok(KubeconfigWriter {
             path,
             service_account,
-            server: format!("https://{host}:{port}"),
+            server,
             waiting: None,
             written: false,
             node_token: NodeToken::default(),
@@ -346,6 +334,25 @@ impl KubeconfigWriter {
         };
         Step::Wrote(format!("{from}, for {}", self.server))
     }
+}
+
+/// The API server a pod reaches, from the environment Kubernetes gives it
+/// (`KUBERNETES_SERVICE_HOST`, `KUBERNETES_SERVICE_PORT`), as client-go's in-cluster
+/// configuration takes it; or the name of the variable that is not set.
+pub(super) fn in_cluster_server(
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, &'static str> {
+    let var = |name: &'static str| env(name).filter(|v| !v.is_empty()).ok_or(name);
+    let (host, port) = (
+        var("KUBERNETES_SERVICE_HOST")?,
+        var("KUBERNETES_SERVICE_PORT")?,
+    );
+    // An IPv6 address goes in brackets in a URL.
+    Ok(if host.contains(':') {
+        format!("https://[{host}]:{port}")
+    } else {
+        format!("https://{host}:{port}")
+    })
 }
 
 /// A kubeconfig of one cluster at `server`, its CA certificate in the file `ca`, and one user

@@ -25,6 +25,7 @@ use crate::shim;
 
 mod caches;
 pub mod conf_writer;
+mod host_root;
 pub mod kubeconfig_writer;
 mod metrics;
 pub mod node_token;
@@ -55,8 +56,8 @@ pub struct Args {
     /// default network's and removes it when that is gone (`conf_writer`).
     #[arg(long, value_name = "TEMPLATE")]
     pub write_config: Option<PathBuf>,
-    /// The runtime's CNI configuration directory, as this process sees it (a DaemonSet pod
-    /// mounts the node's somewhere like `/host/etc/cni/net.d`).
+    /// The runtime's CNI configuration directory, as this process sees it (with `--host-root`,
+    /// the node's path).
     #[arg(long, default_value = "/etc/cni/net.d", requires = "write_config")]
     pub cni_conf_dir: PathBuf,
     /// The file name of the default network's configuration in `--cni-conf-dir`; without it,
@@ -69,8 +70,10 @@ pub struct Args {
     /// configuration is written only once this is.
     #[arg(long, value_name = "PATH")]
     pub write_kubeconfig: Option<PathBuf>,
-    /// Where the service account's `token` and `ca.crt` are.
-    #[arg(long, default_value = paths::SERVICE_ACCOUNT_DIR, requires = "write_kubeconfig")]
+    /// Where the pod's service account's `token` and `ca.crt` are: the daemon watches with it
+    /// in a pod without `--kubeconfig`, and `--write-kubeconfig` copies them (a path in the
+    /// daemon's pod, also with `--host-root`).
+    #[arg(long, default_value = paths::SERVICE_ACCOUNT_DIR)]
     pub service_account_dir: PathBuf,
     /// How often, in seconds, the token bound to the node that `--write-kubeconfig` keeps is
     /// shown to the API server (a GET of `/version` with it). Refused (401: its Node or service
@@ -109,6 +112,12 @@ pub struct Args {
     /// default.
     #[arg(long, value_name = "ADDR")]
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// The node's root file system as mounted in the daemon's pod (say `/host`, a hostPath
+    /// volume of `/`): the daemon enters it at start (chroot), so that it and the delegates it
+    /// runs see the node's files. Every path of a call and of the other flags is then the
+    /// node's, but `--write-config`'s template and `--service-account-dir`, which are the pod's.
+    #[arg(long, value_name = "PATH")]
+    pub host_root: Option<PathBuf>,
 }
 
 /// `--max-calls`' default: a burst of pods scheduled onto a node together (a rollout, a node
@@ -234,14 +243,8 @@ pub(super) struct Shared {
 /// socket over: `serve`), then stops taking calls, removes the socket if it is still its own
 /// and waits for the calls running (up to [`DRAIN`]).
 pub fn run(args: &Args) -> Result<(), CniError> {
-    let rt = plumb_cluster::runtime::current_thread()?;
-    // Before anything is made: a SIGTERM during start-up is then kept for the serving loop,
-    // which stops at once and cleans up, instead of killing the daemon with its socket bound.
-    let signals = {
-        let _in = rt.enter();
-        Signals::register()?
-    };
-    // Before the socket is bound: a template with a mistyped key stops the daemon at once.
+    // Before the socket is bound: a template with a mistyped key stops the daemon at once. And
+    // before the daemon enters the node's root: the template is the pod's file.
     let conf = match &args.write_config {
         Some(template) => Some(ConfWriter::new(
             template,
@@ -251,14 +254,37 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         )?),
         None => None,
     };
+    let getenv = |v: &str| std::env::var(v).ok();
+    // Before anything else reads a file: from here on, every path is the node's.
+    let entered = match &args.host_root {
+        Some(root) => Some(host_root::enter(
+            root,
+            &args.service_account_dir,
+            args.write_kubeconfig.is_some() || caches::in_a_pod(args, &getenv),
+        )?),
+        None => None,
+    };
+    let service_account = (entered.as_ref().and_then(|e| e.service_account_dir()))
+        .unwrap_or_else(|| args.service_account_dir.clone());
+    if let Some(root) = &args.host_root {
+        say(format_args!(
+            "entered the node's root {}: every path from here on is the node's",
+            root.display()
+        ));
+    }
+    let rt = plumb_cluster::runtime::current_thread()?;
+    // Before the daemon's threads and socket: a SIGTERM during start-up is then kept for the serving loop,
+    // which stops at once and cleans up, instead of killing the daemon with its socket bound.
+    let signals = {
+        let _in = rt.enter();
+        Signals::register()?
+    };
     let kubeconfig = match &args.write_kubeconfig {
         Some(path) => Some(
-            KubeconfigWriter::new(path.clone(), args.service_account_dir.clone(), |v| {
-                std::env::var(v).ok()
-            })?
-            .checking_token_every(
-                Some(Duration::from_secs(args.node_token_check)).filter(|d| !d.is_zero()),
-            ),
+            KubeconfigWriter::new(path.clone(), service_account.clone(), getenv)?
+                .checking_token_every(
+                    Some(Duration::from_secs(args.node_token_check)).filter(|d| !d.is_zero()),
+                ),
         ),
         None => None,
     };
@@ -272,11 +298,7 @@ pub fn run(args: &Args) -> Result<(), CniError> {
     let uid = nix::unistd::geteuid().as_raw();
     let metrics = metrics::Metrics::default();
     let shared = Arc::new(Shared {
-        connect: caches::connect(
-            args,
-            &|v| std::env::var(v).ok(),
-            metrics.delegate_observer(),
-        )?,
+        connect: caches::connect(args, &service_account, &getenv, metrics.delegate_observer())?,
         metrics,
         running: AtomicUsize::new(0),
         turns: Arc::new(tokio::sync::Semaphore::new(args.max_calls as usize)),
@@ -341,6 +363,7 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         say(format_args!("stopping with {left} calls still running"));
     }
     rt.shutdown_background();
+    drop(entered);
     served
 }
 

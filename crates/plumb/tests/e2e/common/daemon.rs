@@ -36,9 +36,6 @@ impl Daemon {
         more: &[&std::ffi::OsStr],
         env: &[(&str, &str)],
     ) -> Daemon {
-        let before = fs::symlink_metadata(socket)
-            .ok()
-            .map(|m| (m.dev(), m.ino()));
         let mut command = Command::new(env!("CARGO_BIN_EXE_plumb"));
         command
             .args(["daemon", "--socket"])
@@ -50,6 +47,16 @@ impl Daemon {
         if let Some(uid) = uid {
             command.uid(uid).gid(uid);
         }
+        Daemon::start_command(command, socket)
+    }
+
+    /// `command`, a daemon (or a command that execs one), started; returns once `socket` (as
+    /// this process sees it) names a socket the daemon listens on, not the one that was there
+    /// before.
+    pub fn start_command(mut command: Command, socket: &Path) -> Daemon {
+        let before = fs::symlink_metadata(socket)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
         let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
         let stderr = Arc::new(Mutex::new(String::new()));
         let reader = {
