@@ -8,11 +8,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
-# PLUMB_PROFILE=dev builds faster (CI uses it, having the debug build already).
-profile=${PLUMB_PROFILE:-release}
-cargo build --profile "$profile" --locked -p plumb
-case $profile in dev) dir=debug ;; *) dir=$profile ;; esac
-plumb=$PWD/target/$dir/plumb
+# PLUMB_PROFILE=dev builds faster; PLUMB_BIN runs a binary built already (the test command gives
+# it the image's, from scripts/build-static.sh).
+if [ -n "${PLUMB_BIN:-}" ]; then
+  plumb=$PLUMB_BIN
+else
+  profile=${PLUMB_PROFILE:-release}
+  cargo build --profile "$profile" --locked -p plumb
+  case $profile in dev) dir=debug ;; *) dir=$profile ;; esac
+  plumb=$PWD/target/$dir/plumb
+fi
 examples=$PWD/examples/standalone
 
 work=$(mktemp -d)

@@ -15,8 +15,10 @@ if cargo deny --version >/dev/null 2>&1; then
 fi
 echo "== cargo test"
 cargo test --workspace --locked
-echo "== the demo (README's main job), on the debug build"
-PLUMB_PROFILE=dev ./scripts/demo.sh
+echo "== the image's binary (scripts/build-static.sh, the Containerfile's one step; dev profile)"
+PLUMB_PROFILE=dev ./scripts/build-static.sh target/static/plumb
+echo "== the demo (README's main job), on that binary"
+PLUMB_BIN=$PWD/target/static/plumb ./scripts/demo.sh
 if [ -x fuzz/run-short.sh ] && [ "${PLUMB_SKIP_FUZZ:-}" != 1 ]; then
   echo "== short fuzz runs"
   fuzz/run-short.sh "${PLUMB_FUZZ_SECONDS:-15}"

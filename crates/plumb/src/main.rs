@@ -25,6 +25,9 @@ enum Cmd {
     /// Ask `plumb daemon` over its socket whether it is alive, or with `--ready` ready; exit 0
     /// or 1 (for probes).
     Health(cli::health::HealthArgs),
+    /// Put this binary in the runtime's CNI bin directory, atomically (a DaemonSet's init
+    /// container runs it).
+    Install(cli::install::InstallArgs),
     /// Run a CNI network against a network namespace, as the reference cnitool does.
     Cni(cli::cni::Args),
     /// Attach a network namespace to networks exactly as a pod's sandbox would be, and print
@@ -61,6 +64,9 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Cmd::Daemon(a) => cli::report("daemon", plumb::daemon::run(&a)),
         Cmd::Health(a) => cli::health::run(&a),
+        Cmd::Install(a) => {
+            cli::report("install", cli::install::install(&a, &mut std::io::stdout()))
+        }
         Cmd::Cni(args) => cli::cni::main(args, &getenv),
         Cmd::Attach(a) => cli::report("attach", cli::attach::attach(&a, &mut std::io::stdout())),
         Cmd::Detach(a) => cli::report("detach", cli::detach::detach(&a)),

@@ -449,7 +449,7 @@ impl Cluster for KubeCluster {
         let written = match self.patch_network_status(pod, value) {
             // Multus writes the annotation with a GET and a PUT, and its ClusterRole grants
             // `update` on pods/status, not `patch`: with Multus's RBAC plumb writes it the same
-            // way (two round trips more than the PATCH; deploy/rbac.yaml grants `patch`).
+            // way (two round trips more than the PATCH; deploy/common/rbac.yaml grants `patch`).
             Err(e) if e.is_status(403) => self.update_network_status(pod, value, &what)?,
             Err(e) if e.uid_refused() => {
                 let refused = cni_error(&self.server, "PATCH", &e);

@@ -1,7 +1,8 @@
 //! plumb's subcommands other than the daemon, one file each: `plumb attach`, `detach`, `plan`
 //! and `status` (a namespace or a pod as the plugin would see it, with or without a cluster),
 //! `plumb validate` (NADs and pods checked before they reach a cluster), `plumb health` (the
-//! daemon asked whether it is alive or ready) and `plumb cni` (a network configuration run by
+//! daemon asked whether it is alive or ready), `plumb install` (the binary put in the CNI bin
+//! directory) and `plumb cni` (a network configuration run by
 //! hand, as the reference `cnitool` does).
 
 use std::process::ExitCode;
@@ -10,6 +11,7 @@ pub mod attach;
 pub mod cni;
 pub mod detach;
 pub mod health;
+pub mod install;
 mod local;
 pub mod plan;
 pub mod status;

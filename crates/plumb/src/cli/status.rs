@@ -1,4 +1,5 @@
-//! `plumb status`: a pod's network-status as a table, from a pod file or the cluster.
+//! `plumb status`: a pod's network-status as a table, from a pod file or the cluster; or, with
+//! `--node`, the sandboxes plumb attached on this node (its records), which their DEL needs.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -22,10 +23,20 @@ pub struct StatusArgs {
     pub kubeconfig: Option<PathBuf>,
     #[arg(long, default_value = paths::CONFIG)]
     pub config: PathBuf,
+    /// The sandboxes plumb attached on this node and has not detached yet (its records in
+    /// `--state-dir`): what an uninstall waits for.
+    #[arg(long, conflicts_with_all = ["file", "pod"])]
+    pub node: bool,
+    /// plumb's state directory (`plumbStateDir`), for `--node`.
+    #[arg(long, default_value = paths::STATE_DIR, requires = "node")]
+    pub state_dir: PathBuf,
 }
 
 /// `plumb status`: a pod's network-status (multi-net spec §5) as a table.
 pub fn status(a: &StatusArgs, out: &mut dyn Write) -> Result<(), CniError> {
+    if a.node {
+        return node(&a.state_dir, out);
+    }
     let pod = match (&a.file, &a.pod) {
         (Some(file), _) => read_pod(file)?,
         (None, Some(name)) => {
@@ -97,8 +108,57 @@ pub fn status(a: &StatusArgs, out: &mut dyn Write) -> Result<(), CniError> {
             .map(|cell| plumb_engine::log::one_line(&cell).into_owned())
         })
         .collect();
-    let header = ["NETWORK", "INTERFACE", "IPS", "MAC", ""];
-    let widths: Vec<usize> = (0..5)
+    table(["NETWORK", "INTERFACE", "IPS", "MAC", ""], rows, out)
+}
+
+/// `plumb status --node`: one line per record in `state_dir`: the container, its pod, its
+/// network namespace and the attachments its DEL will undo.
+fn node(state_dir: &std::path::Path, out: &mut dyn Write) -> Result<(), CniError> {
+    let records = plumb_engine::record::RecordStore::new(state_dir);
+    let failed = |e: &dyn std::fmt::Display| CniError::new(ErrorCode::Io, e.to_string());
+    let ids = records.list().map_err(|e| failed(&e))?;
+    let rows: Vec<[String; 4]> = ids
+        .iter()
+        .map(|id| match records.load(id) {
+            Ok(Some(r)) => [
+                id.clone(),
+                match r.pod_name.is_empty() {
+                    true => "-".into(),
+                    false => format!("{}/{}", r.pod_namespace, r.pod_name),
+                },
+                r.netns.clone(),
+                (r.attachments.iter())
+                    .map(|a| format!("{}:{}", a.ifname, a.network))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ],
+            Ok(None) => [id.clone(), "-".into(), "-".into(), "(gone)".into()],
+            Err(e) => [
+                id.clone(),
+                "-".into(),
+                "-".into(),
+                format!("unreadable: {e}"),
+            ],
+        })
+        .map(|row| row.map(|cell| plumb_engine::log::one_line(&cell).into_owned()))
+        .collect();
+    table(["CONTAINER", "POD", "NETNS", "ATTACHMENTS"], rows, out)?;
+    writeln!(
+        out,
+        "{} sandboxes attached by plumb in {}",
+        ids.len(),
+        state_dir.display()
+    )
+    .map_err(|e| failed(&e))
+}
+
+/// `rows` under `header`, in columns.
+fn table<const N: usize>(
+    header: [&str; N],
+    rows: Vec<[String; N]>,
+    out: &mut dyn Write,
+) -> Result<(), CniError> {
+    let widths: Vec<usize> = (0..N)
         .map(|i| {
             rows.iter()
                 .map(|r| r[i].len())

@@ -101,6 +101,8 @@ fn status_escapes_what_would_drive_the_terminal() {
         pod: None,
         kubeconfig: None,
         config: PathBuf::from(paths::CONFIG),
+        node: false,
+        state_dir: PathBuf::from(paths::STATE_DIR),
     };
     let mut out = Vec::new();
     status(&args, &mut out).unwrap();

@@ -16,9 +16,11 @@ use plumb_cluster::events::EventQueue;
 
 use super::{Args, say};
 
-/// The calls' connection to the cluster: the kept clients, the caches, the event queue.
+/// The calls' connection to the cluster: the kept clients, the caches, the event queue. No
+/// caches unless `serving` (a daemon that serves no calls watches nothing).
 pub(super) fn connect(
     args: &Args,
+    serving: bool,
     service_account: &Path,
     getenv: &dyn Fn(&str) -> Option<String>,
     delegates: cni::runtime::RanHook,
@@ -49,7 +51,16 @@ pub(super) fn connect(
         Some(node) => format!("the pods of node {node:?}"),
         None => "no pods".to_string(),
     };
-    let caches = match source(args.kubeconfig.as_deref(), service_account, getenv)? {
+    let source = match serving {
+        true => source(args.kubeconfig.as_deref(), service_account, getenv)?,
+        false => None,
+    };
+    let caches = match source {
+        None if !serving => CachesFor::FirstKubeconfig {
+            scope,
+            say: Arc::clone(&said),
+            started: Default::default(),
+        },
         Some(source) => {
             say(format_args!(
                 "caches: watching {pods} and the NADs of {which} with {source}"

@@ -93,12 +93,13 @@ pub struct ConfWriter {
 impl ConfWriter {
     /// A writer into `dir` from the template file `template` (plumb's configuration keys but
     /// those the daemon fills in, paths as the runtime and the plugin see them). The
-    /// template's `plumbDaemonSocket` defaults to `socket`, the daemon's own.
+    /// template's `plumbDaemonSocket` defaults to `socket`, the daemon's own (none: the daemon
+    /// serves no calls).
     pub fn new(
         template: &Path,
         dir: PathBuf,
         primary: Option<String>,
-        socket: &Path,
+        socket: Option<&Path>,
     ) -> Result<ConfWriter, CniError> {
         let at = |msg: String| {
             CniError::new(
@@ -307,9 +308,7 @@ impl ConfWriter {
         let Ok(bytes) = cni::files::read_bounded(&path, MAX_CONF_FILE) else {
             return Step::Waiting(none);
         };
-        let ours = serde_json::from_slice::<Value>(&bytes)
-            .is_ok_and(|v| v["name"] == NETWORK_NAME && plugin_type(&v) == "plumb");
-        if !ours {
+        if !written_by_a_daemon(&bytes) {
             return Step::Waiting(none);
         }
         match std::fs::remove_file(&path) {
@@ -317,6 +316,30 @@ impl ConfWriter {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Step::Waiting(none),
             Err(e) => Step::Waiting(format!("cannot remove {}: {e}", path.display())),
         }
+    }
+}
+
+/// Whether `bytes`, the content of [`OUTPUT`], are plumb's configuration as a daemon writes it
+/// (an operator's own file of that name is not).
+fn written_by_a_daemon(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(bytes)
+        .is_ok_and(|v| v["name"] == NETWORK_NAME && plugin_type(&v) == "plumb")
+}
+
+/// Removes plumb's configuration from `dir` if a daemon wrote it (`plumb daemon --uninstall`):
+/// [`Step::Removed`] when it did, [`Step::Same`] when there is none.
+pub fn remove_written(dir: &Path) -> Step {
+    let path = dir.join(OUTPUT);
+    let Ok(bytes) = cni::files::read_bounded(&path, MAX_CONF_FILE) else {
+        return Step::Same;
+    };
+    if !written_by_a_daemon(&bytes) {
+        return Step::Same;
+    }
+    match std::fs::remove_file(&path) {
+        Ok(()) => Step::Removed("new pods get the default network alone".to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Step::Same,
+        Err(e) => Step::Waiting(format!("cannot remove {}: {e}", path.display())),
     }
 }
 
@@ -338,10 +361,11 @@ struct Skipped {
 
 /// The template's keys from the file's `bytes`, as the plugin will read them, and its
 /// `readinessindicatorfile`; or what is wrong with it. Its `plumbDaemonSocket` defaults to
-/// `socket`, the daemon's own.
+/// `socket`, the daemon's own; with none (`--files-only`: the plugin runs every call), it must
+/// give none.
 pub fn template_keys(
     bytes: &[u8],
-    socket: &Path,
+    socket: Option<&Path>,
 ) -> Result<(Map<String, Value>, Option<PathBuf>), String> {
     let keys = template_object(bytes)?;
     checked_template(keys, socket)
@@ -402,10 +426,22 @@ fn template_object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
 /// standing in for the node's: a key mistyped fails here, once, not in every ADD.
 fn checked_template(
     mut keys: Map<String, Value>,
-    socket: &Path,
+    socket: Option<&Path>,
 ) -> Result<(Map<String, Value>, Option<PathBuf>), String> {
-    keys.entry("plumbDaemonSocket")
-        .or_insert_with(|| json!(socket));
+    match socket {
+        Some(socket) => {
+            keys.entry("plumbDaemonSocket")
+                .or_insert_with(|| json!(socket));
+        }
+        None if keys.contains_key("plumbDaemonSocket") => {
+            return Err(
+                "\"plumbDaemonSocket\": this daemon serves no calls (--files-only), \
+                        so the plugin must run them itself; remove it"
+                    .to_string(),
+            );
+        }
+        None => {}
+    }
     let probe = json!({"cniVersion": "1.0.0", "name": "probe", "type": "probe"});
     let list = json!({"cniVersion": "1.0.0", "name": NETWORK_NAME,
                       "plugins": [plugin_entry(&keys, &probe)]});
@@ -516,7 +552,7 @@ mod tests {
             &t,
             dir,
             primary.map(str::to_string),
-            Path::new("/run/plumb/plumb.sock"),
+            Some(Path::new("/run/plumb/plumb.sock")),
         )
         .unwrap();
         (w, d)
@@ -783,7 +819,7 @@ mod tests {
         let t = d.path().join("t.json");
         let refused = |template: &str| {
             std::fs::write(&t, template).unwrap();
-            let e = ConfWriter::new(&t, d.path().into(), None, Path::new("/s")).unwrap_err();
+            let e = ConfWriter::new(&t, d.path().into(), None, Some(Path::new("/s"))).unwrap_err();
             assert_eq!(e.code, 7, "{e}");
             assert!(e.msg.contains("t.json"), "{e}");
             e.msg
@@ -796,7 +832,12 @@ mod tests {
         assert!(e.contains("\"clusterNetwork\" is filled in") && e.contains("--primary-config"));
         assert!(refused(r#"{"type": "plumb"}"#).contains("\"type\" is filled in"));
         std::fs::write(&t, "{}").unwrap();
-        let e = ConfWriter::new(&t, d.path().into(), Some("a/b".into()), Path::new("/s"));
+        let e = ConfWriter::new(
+            &t,
+            d.path().into(),
+            Some("a/b".into()),
+            Some(Path::new("/s")),
+        );
         assert!(e.unwrap_err().msg.contains("must be a file name"));
 
         // A template's own socket (the path as the node sees it, where the daemon's differs
@@ -834,14 +875,14 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let t = d.path().join("t.json");
         std::fs::write(&t, r#"{"ClusterNetwork": "cbr0"}"#).unwrap();
-        let e = ConfWriter::new(&t, d.path().into(), None, Path::new("/s")).unwrap_err();
+        let e = ConfWriter::new(&t, d.path().into(), None, Some(Path::new("/s"))).unwrap_err();
         assert!(
             e.msg
                 .contains("\"clusterNetwork\" (given as \"ClusterNetwork\") is filled in"),
             "{e}"
         );
         std::fs::write(&t, r#"{"capabilities": {}, "Capabilities": {}}"#).unwrap();
-        let e = ConfWriter::new(&t, d.path().into(), None, Path::new("/s")).unwrap_err();
+        let e = ConfWriter::new(&t, d.path().into(), None, Some(Path::new("/s"))).unwrap_err();
         assert!(e.msg.contains("are the same key"), "{e}");
         // The same key twice: serde_json kept the last silently, and isolation was off.
         std::fs::write(
@@ -849,7 +890,7 @@ mod tests {
             r#"{"namespaceIsolation": true, "logLevel": "error", "namespaceIsolation": false}"#,
         )
         .unwrap();
-        let e = ConfWriter::new(&t, d.path().into(), None, Path::new("/s")).unwrap_err();
+        let e = ConfWriter::new(&t, d.path().into(), None, Some(Path::new("/s"))).unwrap_err();
         assert!(
             e.msg.contains("key \"namespaceIsolation\" is given twice"),
             "{e}"

@@ -31,11 +31,13 @@ mod metrics;
 pub mod node_token;
 mod serve;
 mod socket;
+mod uninstall;
 
 use conf_writer::{ConfWriter, Step};
 use kubeconfig_writer::KubeconfigWriter;
 use serve::*;
 use socket::*;
+use uninstall::Uninstall;
 
 /// The most of a request the daemon reads: the runtime's configuration and environment.
 pub(super) const MAX_REQUEST: usize = 64 << 20;
@@ -58,7 +60,7 @@ pub struct Args {
     pub write_config: Option<PathBuf>,
     /// The runtime's CNI configuration directory, as this process sees it (with `--host-root`,
     /// the node's path).
-    #[arg(long, default_value = "/etc/cni/net.d", requires = "write_config")]
+    #[arg(long, default_value = "/etc/cni/net.d")]
     pub cni_conf_dir: PathBuf,
     /// The file name of the default network's configuration in `--cni-conf-dir`; without it,
     /// the first configuration file there by name, as the runtime would take it without plumb.
@@ -118,6 +120,46 @@ pub struct Args {
     /// node's, but `--write-config`'s template and `--service-account-dir`, which are the pod's.
     #[arg(long, value_name = "PATH")]
     pub host_root: Option<PathBuf>,
+    /// Serve no CNI calls: keep the node's files only (`--write-config`, `--write-kubeconfig`),
+    /// the configuration written naming no socket, so that the plugin runs every call itself
+    /// (thin mode). The socket answers `plumb health` and lets a new daemon take over.
+    #[arg(long, conflicts_with = "uninstall")]
+    pub files_only: bool,
+    /// Take plumb off the node: remove plumb's configuration from `--cni-conf-dir` (new pods
+    /// get the default network alone), keep `--write-kubeconfig`'s token current while pods
+    /// attached by plumb are left, then remove the binary from `--bin-dir`, the kubeconfig and
+    /// `--state-dir`; ready (`/readyz`) once nothing is left. Serves no calls.
+    #[arg(long, conflicts_with = "write_config")]
+    pub uninstall: bool,
+    /// The CNI bin directory plumb's binary is removed from by `--uninstall`.
+    #[arg(long, value_name = "DIR", default_value = paths::BIN_DIR, requires = "uninstall")]
+    pub bin_dir: PathBuf,
+    /// plumb's state directory (its records: `plumbStateDir`), which `--uninstall` waits to
+    /// be empty of records and then removes.
+    #[arg(long, value_name = "DIR", default_value = paths::STATE_DIR, requires = "uninstall")]
+    pub state_dir: PathBuf,
+}
+
+/// What the daemon is for.
+#[derive(Clone)]
+pub(super) enum Mode {
+    /// Serving the calls the plugin forwards (the default).
+    Serve,
+    /// Keeping the node's files only (`--files-only`).
+    FilesOnly,
+    /// Taking plumb off the node (`--uninstall`); done once the flag is set.
+    Uninstall(Arc<AtomicBool>),
+}
+
+impl Mode {
+    /// Why a forwarded call is refused (the plugin then runs it itself); `None`: served.
+    pub(super) fn no_calls(&self) -> Option<&'static str> {
+        match self {
+            Mode::Serve => None,
+            Mode::FilesOnly => Some("this daemon serves no calls (--files-only)"),
+            Mode::Uninstall(_) => Some("this daemon serves no calls: it uninstalls plumb"),
+        }
+    }
 }
 
 /// `--max-calls`' default: a burst of pods scheduled onto a node together (a rollout, a node
@@ -134,6 +176,8 @@ pub const MAX_WAIT: Duration = Duration::from_secs(30);
 pub(super) struct NodeFiles {
     kubeconfig: Option<KubeconfigWriter>,
     conf: Option<ConfWriter>,
+    /// Taking plumb off the node, in place of writing its configuration (`--uninstall`).
+    uninstall: Option<Uninstall>,
     /// Whether the kubeconfig has been written (or none is kept): plumb's configuration,
     /// which names it, is written only then, or every ADD would fail on a missing file.
     kubeconfig_ready: bool,
@@ -141,7 +185,7 @@ pub(super) struct NodeFiles {
 
 impl NodeFiles {
     fn keeps_any(&self) -> bool {
-        self.kubeconfig.is_some() || self.conf.is_some()
+        self.kubeconfig.is_some() || self.conf.is_some() || self.uninstall.is_some()
     }
 
     /// One look at each, saying on stderr what changed.
@@ -172,6 +216,26 @@ impl NodeFiles {
             let output = c.output();
             tell(&output, c.step());
         }
+        if let Some(u) = &mut self.uninstall {
+            let written = (self.kubeconfig.iter())
+                .flat_map(|k| k.outputs())
+                .collect::<Vec<_>>();
+            match u.step(&written) {
+                Step::Same => {}
+                Step::Removed(why) if u.is_done() => say(format_args!("uninstall: {why}")),
+                Step::Removed(why) => say(format_args!(
+                    "uninstall: removed {}: {why}",
+                    u.conf().display()
+                )),
+                Step::Wrote(why) | Step::Waiting(why) => {
+                    say(format_args!("uninstall: waiting: {why}"))
+                }
+            }
+            if u.is_done() {
+                // Its files are gone: no writing them again.
+                self.kubeconfig = None;
+            }
+        }
     }
 
     /// Removes the temporary files that writers of them killed before their rename left
@@ -199,8 +263,17 @@ impl NodeFiles {
         }
     }
 
-    /// Stops keeping them: another daemon does now.
+    /// Stops keeping them: another daemon does now. Not while uninstalling: the daemon that
+    /// took the socket (plumb's own DaemonSet, not deleted yet) would write plumb's
+    /// configuration again once this one stopped removing it.
     fn hand_over(&mut self) {
+        if self.uninstall.is_some() {
+            say(format_args!(
+                "another daemon serves on the socket; uninstalling goes on (delete plumb's \
+                 DaemonSet)"
+            ));
+            return;
+        }
         let outputs = self
             .kubeconfig
             .take()
@@ -232,6 +305,7 @@ pub(super) struct Shared {
     /// Calls waiting for a turn now.
     waiting: AtomicUsize,
     metrics: metrics::Metrics,
+    mode: Mode,
     /// The uid that may call: the daemon's own (root on a node).
     uid: u32,
     /// The versions of the plugins that forwarded calls, other than the daemon's own, each
@@ -250,10 +324,16 @@ pub fn run(args: &Args) -> Result<(), CniError> {
             template,
             args.cni_conf_dir.clone(),
             args.primary_config.clone(),
-            &args.socket,
+            (!args.files_only).then_some(args.socket.as_path()),
         )?),
         None => None,
     };
+    if args.files_only && args.write_config.is_none() && args.write_kubeconfig.is_none() {
+        return Err(CniError::new(
+            ErrorCode::InvalidConfig,
+            "--files-only: no file to keep: give --write-config or --write-kubeconfig",
+        ));
+    }
     let getenv = |v: &str| std::env::var(v).ok();
     // Before anything else reads a file: from here on, every path is the node's.
     let entered = match &args.host_root {
@@ -288,18 +368,38 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         ),
         None => None,
     };
+    let uninstall = args.uninstall.then(|| {
+        Uninstall::new(
+            args.cni_conf_dir.clone(),
+            &args.bin_dir,
+            args.state_dir.clone(),
+        )
+    });
+    let mode = match &uninstall {
+        Some(u) => Mode::Uninstall(Arc::clone(&u.done)),
+        None if args.files_only => Mode::FilesOnly,
+        None => Mode::Serve,
+    };
     let files = NodeFiles {
         kubeconfig_ready: kubeconfig.is_none(),
         kubeconfig,
         conf,
+        uninstall,
     };
     files.sweep_leftovers();
     // Not the owner of /proc/self, which is root whenever the process is not dumpable.
     let uid = nix::unistd::geteuid().as_raw();
     let metrics = metrics::Metrics::default();
     let shared = Arc::new(Shared {
-        connect: caches::connect(args, &service_account, &getenv, metrics.delegate_observer())?,
+        connect: caches::connect(
+            args,
+            mode.no_calls().is_none(),
+            &service_account,
+            &getenv,
+            metrics.delegate_observer(),
+        )?,
         metrics,
+        mode,
         running: AtomicUsize::new(0),
         turns: Arc::new(tokio::sync::Semaphore::new(args.max_calls as usize)),
         max_calls: args.max_calls,

@@ -209,7 +209,25 @@ pub(super) async fn answer(
             ));
         }
         ("GET", "/readyz") => {
-            let (ready, why) = super::caches::readiness(&shared.connect);
+            let (ready, why) = match &shared.mode {
+                Mode::Serve => super::caches::readiness(&shared.connect),
+                Mode::FilesOnly => (
+                    true,
+                    "ready: keeping the node's files; the plugin runs every call itself \
+                     (--files-only)\n"
+                        .to_string(),
+                ),
+                Mode::Uninstall(done) if done.load(Ordering::SeqCst) => (
+                    true,
+                    "ready: nothing of plumb is left on the node\n".to_string(),
+                ),
+                Mode::Uninstall(_) => (
+                    false,
+                    "not ready: uninstalling: pods attached by plumb are left, or plumb's \
+                     configuration could not be removed (the daemon's log says which)\n"
+                        .to_string(),
+                ),
+            };
             let status = if ready {
                 StatusCode::OK
             } else {
@@ -222,6 +240,12 @@ pub(super) async fn answer(
                 StatusCode::OK,
                 super::caches::report(&shared.connect),
             ));
+        }
+        // The plugin runs the call itself on this answer to its offer.
+        ("POST", shim::PATH | shim::OFFER_PATH | shim::GO_PATH)
+            if let Some(why) = shared.mode.no_calls() =>
+        {
+            return Ok(reply(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")));
         }
         ("POST", shim::PATH | shim::OFFER_PATH) => plugin_version(&request, &shared),
         ("POST", shim::GO_PATH) => {

@@ -137,11 +137,12 @@ fn plumbs_configuration_waits_for_the_kubeconfig_however_long_that_takes() {
         "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
         _ => None,
     };
-    let conf = ConfWriter::new(&template, conf_dir.clone(), None, Path::new("/s")).unwrap();
+    let conf = ConfWriter::new(&template, conf_dir.clone(), None, Some(Path::new("/s"))).unwrap();
     let written = conf.output();
     let mut files = NodeFiles {
         kubeconfig: Some(KubeconfigWriter::new(kubeconfig.clone(), sa.clone(), env).unwrap()),
         conf: Some(conf),
+        uninstall: None,
         kubeconfig_ready: false,
     };
     for _ in 0..3 {
@@ -172,7 +173,10 @@ fn leftovers_of_killed_writers_of_the_node_files_are_swept_once_an_hour_old() {
     };
     let files = NodeFiles {
         kubeconfig: Some(KubeconfigWriter::new(plumb_d.join("plumb.kubeconfig"), sa, env).unwrap()),
-        conf: Some(ConfWriter::new(&template, conf_dir.clone(), None, Path::new("/s")).unwrap()),
+        conf: Some(
+            ConfWriter::new(&template, conf_dir.clone(), None, Some(Path::new("/s"))).unwrap(),
+        ),
+        uninstall: None,
         kubeconfig_ready: false,
     };
     let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
@@ -203,4 +207,74 @@ fn leftovers_of_killed_writers_of_the_node_files_are_swept_once_an_hour_old() {
     for f in kept {
         assert!(f.exists(), "{} removed", f.display());
     }
+}
+
+#[test]
+fn uninstalling_removes_the_configuration_first_and_the_rest_once_no_record_is_left() {
+    let d = tempfile::tempdir().unwrap();
+    let (sa, conf_dir, bin, state) = (
+        d.path().join("sa"),
+        d.path().join("net.d"),
+        d.path().join("bin"),
+        d.path().join("state"),
+    );
+    for dir in [&sa, &conf_dir, &bin, &state] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(sa.join("token"), "t").unwrap();
+    std::fs::write(sa.join("ca.crt"), "CA").unwrap();
+    let env = |v: &str| match v {
+        "KUBERNETES_SERVICE_HOST" => Some("10.96.0.1".to_string()),
+        "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
+        _ => None,
+    };
+    // plumb's configuration as a daemon wrote it, the default network's, an operator's own.
+    let ours = conf_dir.join("00-plumb.conflist");
+    std::fs::write(
+        &ours,
+        r#"{"cniVersion": "1.0.0", "name": "plumb-cni-network", "plugins": [{"type": "plumb"}]}"#,
+    )
+    .unwrap();
+    let default = conf_dir.join("10-flannel.conflist");
+    std::fs::write(&default, "{}").unwrap();
+    std::fs::write(bin.join("plumb"), "binary").unwrap();
+    std::fs::write(bin.join("bridge"), "another plugin").unwrap();
+    let record = state.join("c1.json");
+    std::fs::write(&record, "{}").unwrap();
+    let kubeconfig = conf_dir.join("plumb.d/plumb.kubeconfig");
+    let uninstall = Uninstall::new(conf_dir.clone(), &bin, state.clone());
+    let done = Arc::clone(&uninstall.done);
+    let mut files = NodeFiles {
+        kubeconfig: Some(KubeconfigWriter::new(kubeconfig.clone(), sa, env).unwrap()),
+        conf: None,
+        uninstall: Some(uninstall),
+        kubeconfig_ready: false,
+    };
+    files.step();
+    assert!(!ours.exists(), "the configuration goes first");
+    assert!(default.exists());
+    // A pod attached by plumb is left: its DEL needs the binary, the kubeconfig, the record.
+    for _ in 0..3 {
+        files.step();
+        assert!(kubeconfig.exists() && bin.join("plumb").exists() && record.exists());
+        assert!(!done.load(Ordering::SeqCst));
+    }
+    // Written back meanwhile (a daemon of plumb's DaemonSet not deleted yet): removed again.
+    std::fs::write(
+        &ours,
+        r#"{"cniVersion": "1.0.0", "name": "plumb-cni-network", "plugins": [{"type": "plumb"}]}"#,
+    )
+    .unwrap();
+    files.step();
+    assert!(!ours.exists());
+    // Its DEL ran.
+    std::fs::remove_file(&record).unwrap();
+    files.step();
+    assert!(done.load(Ordering::SeqCst));
+    assert!(!bin.join("plumb").exists() && bin.join("bridge").exists());
+    assert!(!state.exists() && !kubeconfig.exists() && !conf_dir.join("plumb.d").exists());
+    assert!(default.exists());
+    // Not written again.
+    files.step();
+    assert!(!kubeconfig.exists());
 }

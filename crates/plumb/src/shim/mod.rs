@@ -210,6 +210,19 @@ pub fn forward(
             }
             // A daemon of a version before the acknowledgement: the call in one request.
             Ok(Ok(ack)) if ack.status() == http::StatusCode::NOT_FOUND => post(PATH, body)?,
+            // A daemon that serves no calls (`--files-only`, `--uninstall`): never runs it.
+            Ok(Ok(no)) if no.status() == http::StatusCode::SERVICE_UNAVAILABLE => {
+                let text = Limited::new(no.into_body(), MAX_ANSWER)
+                    .collect()
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
+                connection.abort();
+                return unacknowledged(format!(
+                    "did not take the call: {}",
+                    plumb_engine::log::one_line(&String::from_utf8_lossy(&text))
+                ));
+            }
             Ok(Ok(refused)) => {
                 let status = refused.status();
                 let text = Limited::new(refused.into_body(), MAX_ANSWER)

@@ -17,9 +17,9 @@ use crate::common::daemon::{Daemon, forwarded};
 use crate::common::{PLUGINS, ok};
 
 /// The paths on the node (inside the tree).
-const SOCKET: &str = "/run/plumb/plumb.sock";
-const KUBECONFIG: &str = "/etc/cni/net.d/plumb.d/plumb.kubeconfig";
-const BIN_DIR: &str = "/opt/cni/bin";
+pub(super) const SOCKET: &str = "/run/plumb/plumb.sock";
+pub(super) const KUBECONFIG: &str = "/etc/cni/net.d/plumb.d/plumb.kubeconfig";
+pub(super) const BIN_DIR: &str = "/opt/cni/bin";
 
 /// The cluster network's first address, held on the node by a container before the test.
 const HELD: &str = "10.156.1.2";
@@ -27,7 +27,7 @@ const HELD: &str = "10.156.1.2";
 /// A tree standing for a node's `/` at `root`: the reference plugins `bridge` and `host-local`
 /// in `/opt/cni/bin` with the libraries they load, the address [`HELD`] in host-local's data,
 /// and the directories a node has.
-fn node_tree(root: &Path) {
+pub(super) fn node_tree(root: &Path) {
     for dir in ["proc", "run/netns", "tmp", "var", "etc/cni/net.d", BIN_DIR] {
         fs::create_dir_all(root.join(dir.trim_start_matches('/'))).unwrap();
     }
@@ -40,15 +40,21 @@ fn node_tree(root: &Path) {
             root.join(BIN_DIR.trim_start_matches('/')).join(plugin),
         )
         .unwrap();
-        for library in libraries(&from) {
-            let to = root.join(library.strip_prefix("/").unwrap());
-            fs::create_dir_all(to.parent().unwrap()).unwrap();
-            fs::copy(&library, &to).unwrap();
-        }
+        copy_libraries(root, &from);
     }
     let held = root.join("var/lib/cni/networks/default-net");
     fs::create_dir_all(&held).unwrap();
     fs::write(held.join(HELD), "other-container\neth0").unwrap();
+}
+
+/// The shared libraries `program` loads copied into the tree at `root`, each at its path: a
+/// program of this machine then runs in the tree (chrooted) as it does here.
+pub(super) fn copy_libraries(root: &Path, program: &Path) {
+    for library in libraries(program) {
+        let to = root.join(library.strip_prefix("/").unwrap());
+        fs::create_dir_all(to.parent().unwrap()).unwrap();
+        fs::copy(&library, &to).unwrap();
+    }
 }
 
 /// The shared libraries `program` loads, its loader among them (`ldd`'s paths; none for a
@@ -64,18 +70,20 @@ fn libraries(program: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The files in `dir` (none if it is not there).
-fn files_in(dir: &Path) -> Vec<String> {
-    fs::read_dir(dir)
+/// The files in `dir`, by name (none if it is not there).
+pub(super) fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
         .map(|d| {
             d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
                 .collect()
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
 /// The addresses host-local holds in the tree, in every network.
-fn allocations(root: &Path) -> Vec<String> {
+pub(super) fn allocations(root: &Path) -> Vec<String> {
     let networks = root.join("var/lib/cni/networks");
     (files_in(&networks).iter())
         .flat_map(|n| files_in(&networks.join(n)))
@@ -87,12 +95,22 @@ fn allocations(root: &Path) -> Vec<String> {
 /// machine's `/proc` and `/run/netns` (netns made later appear in it too: the mounts are
 /// slaves of this machine's, as a DaemonSet's `HostToContainer` mount is), with `args`.
 fn daemon_in(root: &Path, args: &[&str], env: &[(&str, String)]) -> Daemon {
+    daemon_of_binary_in(Path::new(env!("CARGO_BIN_EXE_plumb")), root, args, env)
+}
+
+/// [`daemon_in`], the daemon run from `binary`.
+pub(super) fn daemon_of_binary_in(
+    binary: &Path,
+    root: &Path,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> Daemon {
     let mut command = Command::new("unshare");
     command
         .args(["--mount", "--propagation", "slave", "--", "sh", "-c"])
         .arg(r#"mount --rbind /run/netns "$0/run/netns" && mount -t proc proc "$0/proc" && exec "$@""#)
         .arg(root)
-        .arg(env!("CARGO_BIN_EXE_plumb"))
+        .arg(binary)
         .args(["daemon", "--host-root"])
         .arg(root)
         .args(["--socket", SOCKET])

@@ -485,4 +485,5 @@ mod host_root;
 mod lifecycle;
 mod metrics;
 mod node_files;
+mod node_lifecycle;
 mod overload;

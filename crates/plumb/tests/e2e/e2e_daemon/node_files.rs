@@ -299,12 +299,12 @@ fn a_daemon_keeps_a_kubeconfig_from_its_service_account_and_pods_attach_after_th
 }
 
 /// A pod's service-account token as the kubelet mounts it since Kubernetes 1.30: a JWT whose
-/// claims name the service account `kube-system/plumb` and the node `node` (the stand-in does
+/// claims name the service account `plumb/plumb` and the node `node` (the stand-in does
 /// not read its signature, nor does plumb).
 fn pod_token(node: &str) -> String {
     let claims = json!({
-        "sub": "system:serviceaccount:kube-system:plumb",
-        "kubernetes.io": {"namespace": "kube-system",
+        "sub": "system:serviceaccount:plumb:plumb",
+        "kubernetes.io": {"namespace": "plumb",
             "node": {"name": node, "uid": "node-uid"},
             "pod": {"name": "plumb-daemon-x", "uid": "pod-uid"},
             "serviceaccount": {"name": "plumb", "uid": "sa-uid"}},
@@ -330,8 +330,7 @@ fn keeping_a_kubeconfig_with(w: &Writing, token: &str, more: &[&str]) -> (Daemon
     fs::create_dir_all(&sa).unwrap();
     c.api.accept_token(token);
     // As the pod tokens of pod_token name it.
-    c.api
-        .set_service_account_uid("kube-system", "plumb", "sa-uid");
+    c.api.set_service_account_uid("plumb", "plumb", "sa-uid");
     fs::write(sa.join("token"), token).unwrap();
     fs::write(sa.join("ca.crt"), c.api.ca_pem().unwrap()).unwrap();
     let kubeconfig = w.net_d.join("plumb.d/plumb.kubeconfig");
@@ -420,7 +419,7 @@ fn the_kubeconfigs_token_is_bound_to_the_node_and_outlives_the_daemons_pod() {
             issued.expiration_seconds
         ),
         (
-            "kube-system",
+            "plumb",
             "plumb",
             Some(("Node".to_string(), "node-174".to_string())),
             24 * 3600
@@ -442,7 +441,7 @@ fn the_kubeconfigs_token_is_bound_to_the_node_and_outlives_the_daemons_pod() {
         (asked[0].method.as_str(), asked[0].path.as_str()),
         (
             "POST",
-            "/api/v1/namespaces/kube-system/serviceaccounts/plumb/token"
+            "/api/v1/namespaces/plumb/serviceaccounts/plumb/token"
         )
     );
     assert_eq!(asked[0].bearer_token.as_deref(), Some(pod_token.as_str()));
@@ -457,7 +456,7 @@ fn the_kubeconfigs_token_is_bound_to_the_node_and_outlives_the_daemons_pod() {
                 &o.value["metadata"]["name"],
                 &o.value["metadata"]["namespace"]
             ),
-            (&json!("plumb-node-token"), &json!("kube-system"))
+            (&json!("plumb-node-token"), &json!("plumb"))
         );
         o.value.clone()
     };
@@ -468,7 +467,7 @@ fn the_kubeconfigs_token_is_bound_to_the_node_and_outlives_the_daemons_pod() {
     );
     assert_eq!(
         of("RoleBinding")["subjects"],
-        json!([{"kind": "ServiceAccount", "name": "plumb", "namespace": "kube-system"}])
+        json!([{"kind": "ServiceAccount", "name": "plumb", "namespace": "plumb"}])
     );
     // Its admission policy allows what was asked: a Node, for a day at most.
     let policy = rbac
@@ -491,7 +490,7 @@ fn the_kubeconfigs_token_is_bound_to_the_node_and_outlives_the_daemons_pod() {
     c.api.add_fault(
         Fault::new(FaultKind::Status(403, "Forbidden".into()))
             .method("POST")
-            .path("/api/v1/namespaces/kube-system/serviceaccounts/plumb/token"),
+            .path("/api/v1/namespaces/plumb/serviceaccounts/plumb/token"),
     );
     c.api.clear_requests();
     let new_pod_token = self::pod_token("node-174").replace("c2lnbmF0dXJl", "bmV3");
@@ -597,7 +596,7 @@ fn a_node_registered_again_takes_the_token_bound_to_the_one_before_off_the_node(
     // Two hours less the five minutes kept back, whole minutes, by the node's clock.
     assert!(
         ["114", "115"].iter().any(|m| said.contains(&format!(
-            "node-166 (serviceaccount kube-system/plumb, used for {m} min)"
+            "node-166 (serviceaccount plumb/plumb, used for {m} min)"
         ))),
         "{said}"
     );
@@ -613,7 +612,7 @@ fn a_node_registered_again_takes_the_token_bound_to_the_one_before_off_the_node(
         said.contains("the API server refuses the token in use, bound to node node-166 (401")
             && said.contains("no new token bound to the node: Kubernetes API https://127.0.0.1:")
             && said.contains(
-                "create a token of serviceaccount kube-system/plumb bound to node node-166: \
+                "create a token of serviceaccount plumb/plumb bound to node node-166: \
                  Operation cannot be fulfilled on Node \"node-166\": the UID in the bound \
                  object reference (node-uid) does not match the UID in record"
             )
@@ -647,7 +646,7 @@ fn without_a_token_bound_to_the_node_the_pods_token_is_copied_and_the_reason_sai
     c.api.add_fault(
         Fault::new(FaultKind::Status(403, "Forbidden".into()))
             .method("POST")
-            .path("/api/v1/namespaces/kube-system/serviceaccounts/plumb/token"),
+            .path("/api/v1/namespaces/plumb/serviceaccounts/plumb/token"),
     );
     let pod_token = pod_token("node-173");
     let (daemon, kubeconfig) = keeping_a_kubeconfig(&w, &pod_token);

@@ -419,7 +419,7 @@ fn one_transient_api_failure_at_any_request_of_an_add_is_ridden_out() {
     }
 }
 
-/// What an RBAC rule of deploy/rbac.yaml must grant for `request`: its API group, its
+/// What an RBAC rule of deploy/common/rbac.yaml must grant for `request`: its API group, its
 /// resource (`pods/status` for a subresource) and its verb, as the API server authorizes it.
 fn authorized_as(request: &testkit::kube_api::LoggedRequest) -> (String, String, String) {
     let parts: Vec<&str> = request.path.trim_matches('/').split('/').collect();
@@ -450,10 +450,10 @@ fn authorized_as(request: &testkit::kube_api::LoggedRequest) -> (String, String,
     (group.into(), resource, verb.into())
 }
 
-/// What the ClusterRole `name` of deploy/rbac.yaml grants: (group, resource, verb).
+/// What the ClusterRole `name` of deploy/common/rbac.yaml grants: (group, resource, verb).
 fn granted_by(name: &str) -> std::collections::BTreeSet<(String, String, String)> {
     let rbac = plumb_engine::objects::read_file(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac.yaml"),
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/common/rbac.yaml"),
     )
     .unwrap();
     let role = rbac
@@ -520,7 +520,7 @@ fn deploy_rbac_yaml_grants_the_daemons_caches_every_request_they_make_and_nothin
 
 #[test]
 fn deploy_rbac_yaml_grants_every_request_plumb_makes_and_nothing_else() {
-    // An operator binds deploy/rbac.yaml to plumb's identity: a request it does not grant
+    // An operator binds deploy/common/rbac.yaml to plumb's identity: a request it does not grant
     // fails pods on a real cluster (403), which the stand-in, granting everything, would not
     // show; a grant no request uses is privilege a node's credentials need not carry.
     let granted = granted_by("plumb");
