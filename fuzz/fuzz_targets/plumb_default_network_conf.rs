@@ -19,7 +19,8 @@ fuzz_target!(|data: &[u8]| {
         Ok(conf @ Value::Object(_)) => (Map::new(), conf),
         Ok(Value::Array(pair)) if pair.len() == 2 => {
             let template = serde_json::to_vec(&pair[0]).unwrap();
-            let Ok((keys, _)) = template_keys(&template, Some(Path::new("/run/plumb/plumb.sock"))) else {
+            let Ok((keys, _)) = template_keys(&template, Some(Path::new("/run/plumb/plumb.sock")))
+            else {
                 return;
             };
             (keys, pair[1].clone())

@@ -457,3 +457,49 @@ fn the_containerfile_builds_with_the_tested_script_from_scratch() {
     let test_sh = std::fs::read_to_string(repo().join("scripts/test.sh")).unwrap();
     assert!(test_sh.contains("./scripts/build-static.sh"));
 }
+
+#[test]
+fn kubectl_kustomize_renders_the_documents_these_tests_read() {
+    // A real kustomize, where the machine has one (kubectl's, v3 or later: directories as
+    // resources): the same documents as the files give, none added, none changed.
+    let Ok(version) = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+    else {
+        eprintln!("no kubectl here: the kustomizations are checked by reading their files only");
+        return;
+    };
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    if !version.contains("Kustomize Version: v5") && !version.contains("Kustomize Version: v4") {
+        eprintln!("kubectl's kustomize is too old to check with: {version}");
+        return;
+    }
+    for dir in KUSTOMIZATIONS {
+        let out = std::process::Command::new("kubectl")
+            .arg("kustomize")
+            .arg(repo().join(dir))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{dir}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rendered = std::env::temp_dir().join(format!(
+            "plumb-kustomize-{}-{}.yaml",
+            std::process::id(),
+            dir.replace('/', "-")
+        ));
+        std::fs::write(&rendered, &out.stdout).unwrap();
+        let mut got: Vec<Value> = (plumb_engine::objects::read_file(&rendered).unwrap())
+            .into_iter()
+            .map(|o| o.value)
+            .collect();
+        std::fs::remove_file(&rendered).unwrap();
+        let mut want = documents(dir);
+        let key = |v: &Value| format!("{}/{}", v["kind"], v["metadata"]["name"]);
+        got.sort_by_key(key);
+        want.sort_by_key(key);
+        assert_eq!(got, want, "{dir}: kustomize renders other documents");
+    }
+}

@@ -326,6 +326,12 @@ fn written_by_a_daemon(bytes: &[u8]) -> bool {
         .is_ok_and(|v| v["name"] == NETWORK_NAME && plugin_type(&v) == "plumb")
 }
 
+/// plumb's configuration list in `dir`, if a daemon wrote it.
+pub fn written(dir: &Path) -> Option<Value> {
+    let bytes = cni::files::read_bounded(&dir.join(OUTPUT), MAX_CONF_FILE).ok()?;
+    written_by_a_daemon(&bytes).then(|| serde_json::from_slice(&bytes).ok())?
+}
+
 /// Removes plumb's configuration from `dir` if a daemon wrote it (`plumb daemon --uninstall`):
 /// [`Step::Removed`] when it did, [`Step::Same`] when there is none.
 pub fn remove_written(dir: &Path) -> Step {

@@ -3,14 +3,35 @@
 //! default network alone; what the pods plumb attached need for their DEL (the binary, the
 //! kubeconfig and its token, the records) stays while a record is left or a call runs; then it
 //! goes too, and the daemon is ready (`/readyz`), which is how the operator sees the node done.
+//!
+//! A runtime that runs DEL with the node's configuration of the moment (containerd) no longer
+//! calls plumb for those pods: only the default network's plugin. So once a recorded sandbox's
+//! network namespace is gone, the daemon runs plumb's DEL for it itself, as the runtime would
+//! have, with the configuration it kept when it removed the file: the other networks' addresses
+//! are released and the record goes. A runtime that runs DEL with the configuration the sandbox
+//! was added with (CRI-O) calls plumb, which removes the record first.
 
+use std::collections::HashMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-use plumb_engine::record::RecordStore;
+use plumb_engine::record::{Record, RecordStore};
 
 use super::conf_writer::{self, Step};
+
+/// The configuration plumb's DELs run with, kept in the state directory when the file goes (a
+/// name no record has: records are `<container ID>.json`).
+const KEPT: &str = ".uninstall.conf";
+
+/// A DEL running on a thread of its own: why it failed, once it has.
+type Deleting = std::thread::JoinHandle<Result<(), String>>;
+
+/// How long after a failed DEL of a sandbox that is gone it is tried again.
+const RETRY: Duration = Duration::from_secs(30);
 
 /// The node's files of plumb, and whether they are gone.
 pub(super) struct Uninstall {
@@ -21,6 +42,10 @@ pub(super) struct Uninstall {
     pub(super) done: Arc<AtomicBool>,
     /// The last reason for waiting, so that each is said once.
     waiting: Option<String>,
+    /// The DEL running for a sandbox that is gone: its container ID, its pod, the thread.
+    deleting: Option<(String, String, Deleting)>,
+    /// When the DEL of each such sandbox last failed, and why.
+    failed: HashMap<String, (Instant, String)>,
 }
 
 impl Uninstall {
@@ -31,6 +56,8 @@ impl Uninstall {
             records: RecordStore::new(state_dir),
             done: Arc::default(),
             waiting: None,
+            deleting: None,
+            failed: HashMap::new(),
         }
     }
 
@@ -50,11 +77,25 @@ impl Uninstall {
         if self.is_done() {
             return Step::Same;
         }
+        // Kept before the file goes: the DELs this daemon runs need it.
+        if let Some(list) = conf_writer::written(&self.conf_dir)
+            && let Some(stdin) = conf_writer::plumb_stdin(&list)
+            && let Err(e) = self.keep(&stdin)
+        {
+            return Step::Waiting(e).said_once(&mut self.waiting);
+        }
         let step = match conf_writer::remove_written(&self.conf_dir) {
             Step::Same => self.remove_the_rest(kubeconfig),
             removed_or_not => removed_or_not,
         };
         step.said_once(&mut self.waiting)
+    }
+
+    /// Keeps `stdin`, plumb's configuration as the runtime gives it, in the state directory.
+    fn keep(&self, stdin: &serde_json::Value) -> Result<(), String> {
+        let dir = self.records.dir();
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        cni::cache::write_durable(&dir.join(KEPT), stdin.to_string().as_bytes()).map_err(|e| e.msg)
     }
 
     fn remove_the_rest(&mut self, kubeconfig: &[PathBuf]) -> Step {
@@ -100,13 +141,35 @@ impl Uninstall {
     }
 
     /// Why plumb's files are still needed: a record left (a pod attached by plumb, whose DEL
-    /// runs the plugin) or a call running (it holds its container's lock); `None`: not.
-    fn still_needed(&self) -> Result<Option<String>, String> {
+    /// runs the plugin) or a call running (it holds its container's lock); `None`: not. Runs
+    /// the DEL of a recorded sandbox whose network namespace is gone, one at a time.
+    fn still_needed(&mut self) -> Result<Option<String>, String> {
+        let mut last = None;
+        if let Some((id, pod, thread)) = self.deleting.take() {
+            if !thread.is_finished() {
+                self.deleting = Some((id, pod.clone(), thread));
+                return Ok(Some(format!(
+                    "running the DEL of {pod}, whose sandbox is gone"
+                )));
+            }
+            match thread.join() {
+                Ok(Ok(())) => last = Some(format!("ran the DEL of {pod}, whose sandbox was gone")),
+                Ok(Err(why)) => {
+                    self.failed.insert(id, (Instant::now(), why));
+                }
+                Err(_) => {
+                    self.failed
+                        .insert(id, (Instant::now(), "its thread panicked".into()));
+                }
+            }
+        }
         let records = self.records.list().map_err(|e| e.to_string())?;
         if !records.is_empty() {
-            let pods: Vec<String> = (records.iter().take(5))
-                .map(|id| match self.records.load(id) {
-                    Ok(Some(r)) if !r.pod_name.is_empty() => {
+            let mut pods = Vec::new();
+            for id in &records {
+                let record = self.records.load(id).ok().flatten();
+                let pod = match &record {
+                    Some(r) if !r.pod_name.is_empty() => {
                         format!(
                             "{}/{} (container {})",
                             r.pod_namespace,
@@ -115,15 +178,40 @@ impl Uninstall {
                         )
                     }
                     _ => format!("container {}", short(id)),
-                })
+                };
+                if let Some(r) = record
+                    && self.deleting.is_none()
+                    && sandbox_gone(&r)
+                    && self
+                        .failed
+                        .get(id)
+                        .is_none_or(|(at, _)| at.elapsed() >= RETRY)
+                {
+                    self.deleting = Some((id.clone(), pod.clone(), self.start_del(r)?));
+                }
+                pods.push(pod);
+            }
+            let failed: Vec<String> = (self.failed.iter())
+                .filter(|(id, _)| records.contains(id))
+                .map(|(id, (_, why))| format!("the DEL of container {} failed: {why}", short(id)))
                 .collect();
             return Ok(Some(format!(
                 "{} sandboxes attached by plumb are left ({}{}); their DEL needs plumb's \
                  binary, kubeconfig and records, kept until none is left (`plumb status \
-                 --node`)",
+                 --node`){}{}",
                 records.len(),
-                pods.join(", "),
-                if records.len() > 5 { ", …" } else { "" }
+                pods.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+                if records.len() > 5 { ", …" } else { "" },
+                last.map(|l| format!("; {l}")).unwrap_or_default(),
+                if failed.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; {} (tried again every {} s)",
+                        failed.join("; "),
+                        RETRY.as_secs()
+                    )
+                }
             )));
         }
         for id in self.records.locked_ids().map_err(|e| e.to_string())? {
@@ -140,6 +228,80 @@ impl Uninstall {
         }
         Ok(None)
     }
+
+    /// Runs plumb's DEL for the sandbox of `record` on a thread: the node's plumb run as the
+    /// runtime runs it, with the configuration kept ([`KEPT`]) on stdin. It forwards the call
+    /// to this daemon, which serves none, and runs it itself.
+    fn start_del(&self, record: Record) -> Result<Deleting, String> {
+        let kept = self.records.dir().join(KEPT);
+        let stdin = cni::files::read_bounded(&kept, 1 << 20).map_err(|e| {
+            format!(
+                "cannot read {} (plumb's configuration, kept for the DELs of sandboxes whose \
+                 runtime no longer calls plumb): {e}",
+                kept.display()
+            )
+        })?;
+        let binary = self.binary.clone();
+        std::thread::Builder::new()
+            .name("uninstall-del".into())
+            .spawn(move || delete(&binary, &stdin, &record))
+            .map_err(|e| format!("cannot start a thread: {e}"))
+    }
+}
+
+/// Whether the sandbox of `record` is gone: its network namespace (the runtime removes it
+/// after its DEL, or none was given).
+fn sandbox_gone(record: &Record) -> bool {
+    record.netns.is_empty() || std::fs::symlink_metadata(&record.netns).is_err()
+}
+
+/// plumb's DEL of `record`'s sandbox, run from `binary` with `stdin`; why it failed.
+fn delete(binary: &Path, stdin: &[u8], record: &Record) -> Result<(), String> {
+    let args: Vec<String> = (record.cni_args.iter())
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let ifname = (record.attachments.iter())
+        .find(|a| a.default)
+        .map_or("eth0", |a| a.ifname.as_str());
+    let mut child = Command::new(binary)
+        .env_clear()
+        .env("CNI_COMMAND", "DEL")
+        .env("CNI_CONTAINERID", &record.container_id)
+        .env("CNI_NETNS", &record.netns)
+        .env("CNI_IFNAME", ifname)
+        .env("CNI_ARGS", args.join(";"))
+        .env("CNI_PATH", binary.parent().unwrap_or(Path::new("/")))
+        .stdin(Stdio::piped())
+        // Not Stdio::null(): that opens /dev/null, which a root without /dev has not.
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+    if let Some(mut input) = child.stdin.take() {
+        let _ = input.write_all(stdin);
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        // The runtime's own result-cache entry for plumb's network, which its DEL would have
+        // removed: one that runs DEL with another configuration never will.
+        if let Ok(conf) = serde_json::from_slice::<serde_json::Value>(stdin)
+            && let Some(network) = conf["name"].as_str()
+        {
+            let runtime_cache = cni::cache::ResultCache::default();
+            let _ = runtime_cache.remove(network, &record.container_id, ifname);
+        }
+        return Ok(());
+    }
+    // The CNI error on stdout; without one, what the plugin said on stderr.
+    let said = match out.stdout.is_empty() {
+        true => &out.stderr,
+        false => &out.stdout,
+    };
+    Err(format!(
+        "{} ({})",
+        plumb_engine::log::one_line(String::from_utf8_lossy(said).trim()),
+        out.status
+    ))
 }
 
 /// A container ID as the runtime shows it (its first 12 characters).

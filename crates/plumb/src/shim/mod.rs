@@ -212,31 +212,19 @@ pub fn forward(
             Ok(Ok(ack)) if ack.status() == http::StatusCode::NOT_FOUND => post(PATH, body)?,
             // A daemon that serves no calls (`--files-only`, `--uninstall`): never runs it.
             Ok(Ok(no)) if no.status() == http::StatusCode::SERVICE_UNAVAILABLE => {
-                let text = Limited::new(no.into_body(), MAX_ANSWER)
-                    .collect()
-                    .await
-                    .map(|b| b.to_bytes())
-                    .unwrap_or_default();
+                let text = text_of(no).await;
                 connection.abort();
-                return unacknowledged(format!(
-                    "did not take the call: {}",
-                    plumb_engine::log::one_line(&String::from_utf8_lossy(&text))
-                ));
+                return unacknowledged(format!("did not take the call: {text}"));
             }
             Ok(Ok(refused)) => {
                 let status = refused.status();
-                let text = Limited::new(refused.into_body(), MAX_ANSWER)
-                    .collect()
-                    .await
-                    .map(|b| b.to_bytes())
-                    .unwrap_or_default();
+                let text = text_of(refused).await;
                 connection.abort();
                 return Err(CniError::new(
                     ErrorCode::Internal,
                     format!(
-                        "plumb daemon at {}: refused the call ({status}): {}",
+                        "plumb daemon at {}: refused the call ({status}): {text}",
                         socket.display(),
-                        plumb_engine::log::one_line(&String::from_utf8_lossy(&text))
                     ),
                 ));
             }
@@ -286,6 +274,16 @@ pub fn forward(
             )),
         }
     })
+}
+
+/// The body of a refusal, bounded, on one line.
+async fn text_of(answer: http::Response<hyper::body::Incoming>) -> String {
+    let text = Limited::new(answer.into_body(), MAX_ANSWER)
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    plumb_engine::log::one_line(&String::from_utf8_lossy(&text)).into_owned()
 }
 
 /// A call the daemon did not answer (`forward`'s error: the daemon killed during the call,

@@ -14,6 +14,18 @@ use serde_json::{Value, json};
 
 pub const PLUGINS: &str = "/usr/lib/cni";
 
+/// The files in `dir`, by name (none if it is not there).
+pub fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 /// One test's node: a temporary directory for plumb's state, the CNI result cache and the
 /// host-local allocations.
 pub struct Node {

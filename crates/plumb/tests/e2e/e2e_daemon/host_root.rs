@@ -14,7 +14,7 @@ use testkit::netns::Netns;
 
 use crate::common::cluster::{Cluster, NETWORKS, NODE, nad};
 use crate::common::daemon::{Daemon, forwarded};
-use crate::common::{PLUGINS, ok};
+use crate::common::{PLUGINS, files_in, ok};
 
 /// The paths on the node (inside the tree).
 pub(super) const SOCKET: &str = "/run/plumb/plumb.sock";
@@ -22,7 +22,7 @@ pub(super) const KUBECONFIG: &str = "/etc/cni/net.d/plumb.d/plumb.kubeconfig";
 pub(super) const BIN_DIR: &str = "/opt/cni/bin";
 
 /// The cluster network's first address, held on the node by a container before the test.
-const HELD: &str = "10.156.1.2";
+pub(super) const HELD: &str = "10.156.1.2";
 
 /// A tree standing for a node's `/` at `root`: the reference plugins `bridge` and `host-local`
 /// in `/opt/cni/bin` with the libraries they load, the address [`HELD`] in host-local's data,
@@ -68,18 +68,6 @@ fn libraries(program: &Path) -> Vec<PathBuf> {
             path.starts_with('/').then(|| PathBuf::from(path))
         })
         .collect()
-}
-
-/// The files in `dir`, by name (none if it is not there).
-pub(super) fn files_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .map(|d| {
-            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
 }
 
 /// The addresses host-local holds in the tree, in every network.

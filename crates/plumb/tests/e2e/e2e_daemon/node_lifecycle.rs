@@ -17,11 +17,11 @@ use testkit::kube_api::Resource;
 use testkit::netns::Netns;
 
 use super::host_root::{
-    BIN_DIR, KUBECONFIG, SOCKET, copy_libraries, daemon_of_binary_in, files_in, node_tree,
+    BIN_DIR, HELD, KUBECONFIG, SOCKET, allocations, copy_libraries, daemon_of_binary_in, node_tree,
 };
 use crate::common::cluster::{Cluster, NETWORKS, NODE, nad, pod_args};
 use crate::common::daemon::Daemon;
-use crate::common::ok;
+use crate::common::{files_in, ok};
 
 /// The node's path `path` in the tree at `root`.
 fn at(root: &Path, path: &str) -> PathBuf {
@@ -235,15 +235,7 @@ fn a_node_installed_upgraded_then_uninstalled_keeps_a_usable_configuration_and_l
         &netns2,
         &args2,
     ));
-    ok(&runtime(
-        &second,
-        &root,
-        "/etc/cni/net.d",
-        "del",
-        &netns2,
-        &args2,
-    ));
-    assert_eq!(ns2.links(), ["lo"]);
+    assert_eq!(ns2.links().len(), 3, "lo, eth0, net1");
     stop.store(true, Ordering::SeqCst);
     let (looks, bad) = watcher.join().unwrap();
     assert!(
@@ -263,15 +255,15 @@ fn a_node_installed_upgraded_then_uninstalled_keeps_a_usable_configuration_and_l
     )
     .unwrap();
 
-    // The uninstall, with web1 still attached: its configuration goes at once; what web1's
-    // DEL needs stays until it has run; then the rest goes.
+    // The uninstall, with web1 and web2 still attached: the configuration goes at once; what
+    // their DELs need stays until they have run; then the rest goes.
     let uninstalling: Vec<&str> = keeping.iter().copied().chain(["--uninstall"]).collect();
     let last = daemon_of_binary_in(&new, &root, &uninstalling, &pod_env);
     last.wait_for("uninstall: removed /etc/cni/net.d/00-plumb.conflist");
     second.wait_for("now belongs to another daemon");
     let (status, said) = second.stop();
     assert!(status.success(), "{said}");
-    last.wait_for("uninstall: waiting: 1 sandboxes attached by plumb are left (default/web1");
+    last.wait_for("uninstall: waiting: 2 sandboxes attached by plumb are left");
     assert_eq!(
         files_in(&at(&root, "/etc/cni/net.d")),
         ["10-default.conflist", "plumb.d"]
@@ -279,14 +271,14 @@ fn a_node_installed_upgraded_then_uninstalled_keeps_a_usable_configuration_and_l
     for needed in ["/opt/cni/bin/plumb", KUBECONFIG] {
         assert!(
             at(&root, needed).exists(),
-            "{needed} removed while web1 needs it"
+            "{needed} removed while web1 and web2 need it"
         );
     }
-    // web1's record (named by the container ID `plumb cni` gives, from the netns path).
+    // Their records (named by the container ID `plumb cni` gives, from the netns path).
     let records: Vec<String> = (files_in(&at(&root, "/var/lib/plumb")).into_iter())
         .filter(|f| f.ends_with(".json"))
         .collect();
-    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records.len(), 2, "{records:?}");
     assert!(
         healthy(&root, false) && !healthy(&root, true),
         "alive, not ready"
@@ -300,10 +292,17 @@ fn a_node_installed_upgraded_then_uninstalled_keeps_a_usable_configuration_and_l
     assert!(
         status.contains(records[0].trim_end_matches(".json"))
             && status.contains("default/web1")
+            && status.contains("default/web2")
             && status.contains("net1:default/net-a"),
         "{status}"
     );
-    // web1's DEL: the daemon serves no calls now, the plugin runs it itself.
+    // web2 deleted by a runtime that runs DEL with the node's configuration of the moment
+    // (containerd): plumb is not called, the default network's plugin is, and the netns goes.
+    // The daemon runs plumb's DEL itself: web2's net-a address is released.
+    drop(ns2);
+    last.wait_for("ran the DEL of default/web2");
+    // web1 deleted by a runtime that runs DEL with the configuration it added with (CRI-O):
+    // the daemon serves no calls now, the plugin runs it itself.
     ok(&runtime(
         &last,
         &root,
@@ -315,13 +314,21 @@ fn a_node_installed_upgraded_then_uninstalled_keeps_a_usable_configuration_and_l
     assert_eq!(ns1.links(), ["lo"]);
     last.wait_for("uninstall: nothing of plumb is left on the node");
     assert!(healthy(&root, true), "ready: the node is done");
+    assert_eq!(
+        allocations(&root),
+        [HELD],
+        "every address plumb's networks held is released"
+    );
     assert_eq!(files_in(&at(&root, BIN_DIR)), ["bridge", "host-local"]);
     assert_eq!(
         files_in(&at(&root, "/etc/cni/net.d")),
         ["10-default.conflist"]
     );
     assert!(!at(&root, "/var/lib/plumb").exists());
-    assert!(files_in(&at(&root, "/var/lib/cni/results")).is_empty());
+    assert_eq!(
+        files_in(&at(&root, "/var/lib/cni/results")),
+        Vec::<String>::new()
+    );
     let (status, said) = last.stop();
     assert!(status.success(), "{said}");
     assert!(!at(&root, SOCKET).exists());

@@ -114,14 +114,7 @@ fn two_fakes_speaking(
 
 /// The files in the node's record directory (none when it does not exist).
 fn state_files(node: &Node) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(node.state_dir())
-        .map(|d| {
-            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
+    crate::common::files_in(&node.state_dir())
 }
 
 #[test]
