@@ -148,6 +148,7 @@ fn every_document_parses_into_its_kubernetes_type_and_back_unchanged() {
             "Namespace" => round_trip::<Namespace>(doc),
             "ServiceAccount" => round_trip::<ServiceAccount>(doc),
             "ConfigMap" => round_trip::<ConfigMap>(doc),
+            "ResourceQuota" => round_trip::<k8s_openapi::api::core::v1::ResourceQuota>(doc),
             "DaemonSet" => round_trip::<DaemonSet>(doc),
             "ClusterRole" => round_trip::<ClusterRole>(doc),
             "ClusterRoleBinding" => round_trip::<ClusterRoleBinding>(doc),
@@ -269,6 +270,10 @@ fn the_daemon_runs_in_the_nodes_root_and_every_path_it_uses_is_the_nodes() {
             };
             assert_eq!(h.socket, under(&root, &args.socket), "{dir}");
             assert_eq!(h.ready, ready, "{dir}");
+            // Ready means done for the uninstall: its own answer, not that of a daemon of
+            // plumb's DaemonSet that took the socket over.
+            let expect = (ready && args.uninstall).then_some(plumb::daemon::UNINSTALLED);
+            assert_eq!(h.expect.as_deref(), expect, "{dir}");
         }
         assert_eq!(spec.host_network, Some(true), "{dir}");
         assert_eq!(
@@ -326,7 +331,19 @@ fn the_init_container_installs_the_binary_into_the_nodes_cni_bin_directory() {
 fn a_rollout_never_leaves_a_node_without_a_daemon() {
     for dir in ["deploy", "deploy/thin"] {
         let ds = daemon_set(dir);
-        let rolling = (ds.spec.unwrap().update_strategy.unwrap().rolling_update).unwrap();
+        let spec = ds.spec.unwrap();
+        // A host-network container's port is a host port: the surge pod would wait, Pending,
+        // for the old pod's, which is never deleted before it is ready.
+        let pod = spec.template.spec.clone().unwrap();
+        assert_eq!(pod.host_network, Some(true));
+        for c in pod
+            .containers
+            .iter()
+            .chain(pod.init_containers.iter().flatten())
+        {
+            assert!(c.ports.is_none(), "{dir}: {} declares ports", c.name);
+        }
+        let rolling = (spec.update_strategy.unwrap().rolling_update).unwrap();
         use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
         assert_eq!(rolling.max_surge, Some(IntOrString::Int(1)), "{dir}");
         assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)), "{dir}");

@@ -18,6 +18,10 @@ pub struct HealthArgs {
     /// synced) rather than alive.
     #[arg(long)]
     pub ready: bool,
+    /// Healthy only if the answer also holds this text (the uninstall DaemonSet's probe waits
+    /// for its own "nothing of plumb is left on the node", not any daemon's "ready").
+    #[arg(long, value_name = "TEXT")]
+    pub expect: Option<String>,
     /// How long to wait for the answer, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 5)]
     pub timeout: u64,
@@ -31,7 +35,12 @@ pub fn run(args: &HealthArgs) -> ExitCode {
     let path = if args.ready { "/readyz" } else { "/healthz" };
     let timeout = Duration::from_secs(args.timeout.max(1));
     match ask(&args.socket, path, timeout) {
-        Ok((200, body)) => {
+        Ok((200, body))
+            if args
+                .expect
+                .as_ref()
+                .is_none_or(|t| body.contains(t.as_str())) =>
+        {
             print!("{body}");
             ExitCode::SUCCESS
         }

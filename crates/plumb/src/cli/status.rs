@@ -114,6 +114,16 @@ pub fn status(a: &StatusArgs, out: &mut dyn Write) -> Result<(), CniError> {
 /// `plumb status --node`: one line per record in `state_dir`: the container, its pod, its
 /// network namespace and the attachments its DEL will undo.
 fn node(state_dir: &std::path::Path, out: &mut dyn Write) -> Result<(), CniError> {
+    if !state_dir.is_dir() {
+        return Err(CniError::new(
+            ErrorCode::Io,
+            format!(
+                "no directory {}: give plumb's state directory with --state-dir (in the \
+                 DaemonSet's pod, /host/var/lib/plumb)",
+                state_dir.display()
+            ),
+        ));
+    }
     let records = plumb_engine::record::RecordStore::new(state_dir);
     let failed = |e: &dyn std::fmt::Display| CniError::new(ErrorCode::Io, e.to_string());
     let ids = records.list().map_err(|e| failed(&e))?;

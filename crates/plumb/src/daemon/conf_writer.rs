@@ -332,6 +332,33 @@ pub fn written(dir: &Path) -> Option<Value> {
     written_by_a_daemon(&bytes).then(|| serde_json::from_slice(&bytes).ok())?
 }
 
+/// The configuration files of `dir` (as the runtime lists them) whose plugin is plumb, other
+/// than one a daemon wrote.
+pub fn naming_plumb(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| {
+            [".conf", ".conflist", ".json"]
+                .iter()
+                .any(|x| n.ends_with(x))
+        })
+        .filter(|n| {
+            let Ok(bytes) = cni::files::read_bounded(&dir.join(n), MAX_CONF_FILE) else {
+                return false;
+            };
+            serde_json::from_slice::<Value>(&bytes).is_ok_and(|v| {
+                plugins(&v).iter().any(|p| p["type"] == "plumb")
+                    && !(n == OUTPUT && written_by_a_daemon(&bytes))
+            })
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// Removes plumb's configuration from `dir` if a daemon wrote it (`plumb daemon --uninstall`):
 /// [`Step::Removed`] when it did, [`Step::Same`] when there is none.
 pub fn remove_written(dir: &Path) -> Step {

@@ -371,7 +371,7 @@ fn answer(path: &str, shared: &Shared) -> Response<Full<Bytes>> {
             shared.metrics.render(shared),
         ),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
-        "/readyz" => match super::caches::readiness(&shared.connect) {
+        "/readyz" => match super::serve::readiness(shared) {
             (true, why) => (StatusCode::OK, "text/plain", why),
             (false, why) => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", why),
         },

@@ -35,6 +35,7 @@ mod uninstall;
 
 use conf_writer::{ConfWriter, Step};
 use kubeconfig_writer::KubeconfigWriter;
+pub use serve::UNINSTALLED;
 use serve::*;
 use socket::*;
 use uninstall::Uninstall;
@@ -178,6 +179,8 @@ pub(super) struct NodeFiles {
     conf: Option<ConfWriter>,
     /// Taking plumb off the node, in place of writing its configuration (`--uninstall`).
     uninstall: Option<Uninstall>,
+    /// Whether the uninstall said that another daemon serves on its socket.
+    told_of_other: bool,
     /// Whether the kubeconfig has been written (or none is kept): plumb's configuration,
     /// which names it, is written only then, or every ADD would fail on a missing file.
     kubeconfig_ready: bool,
@@ -268,10 +271,12 @@ impl NodeFiles {
     /// configuration again once this one stopped removing it.
     fn hand_over(&mut self) {
         if self.uninstall.is_some() {
-            say(format_args!(
-                "another daemon serves on the socket; uninstalling goes on (delete plumb's \
-                 DaemonSet)"
-            ));
+            if !std::mem::replace(&mut self.told_of_other, true) {
+                say(format_args!(
+                    "another daemon serves on the socket; uninstalling goes on (delete plumb's \
+                     DaemonSet)"
+                ));
+            }
             return;
         }
         let outputs = self
@@ -385,6 +390,7 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         kubeconfig,
         conf,
         uninstall,
+        told_of_other: false,
     };
     files.sweep_leftovers();
     // Not the owner of /proc/self, which is root whenever the process is not dumpable.

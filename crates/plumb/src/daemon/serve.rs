@@ -209,25 +209,7 @@ pub(super) async fn answer(
             ));
         }
         ("GET", "/readyz") => {
-            let (ready, why) = match &shared.mode {
-                Mode::Serve => super::caches::readiness(&shared.connect),
-                Mode::FilesOnly => (
-                    true,
-                    "ready: keeping the node's files; the plugin runs every call itself \
-                     (--files-only)\n"
-                        .to_string(),
-                ),
-                Mode::Uninstall(done) if done.load(Ordering::SeqCst) => (
-                    true,
-                    "ready: nothing of plumb is left on the node\n".to_string(),
-                ),
-                Mode::Uninstall(_) => (
-                    false,
-                    "not ready: uninstalling: pods attached by plumb are left, or plumb's \
-                     configuration could not be removed (the daemon's log says which)\n"
-                        .to_string(),
-                ),
-            };
+            let (ready, why) = readiness(&shared);
             let status = if ready {
                 StatusCode::OK
             } else {
@@ -292,6 +274,33 @@ pub(super) async fn answer(
     }
     Ok(run(env, stdin, peer, connection, shared).await)
 }
+
+/// Whether the daemon is ready (`/readyz` on its socket and on the metrics address), and why:
+/// serving, its caches serve; keeping files only, always; uninstalling, once nothing is left.
+pub(super) fn readiness(shared: &Shared) -> (bool, String) {
+    match &shared.mode {
+        Mode::Serve => super::caches::readiness(&shared.connect),
+        Mode::FilesOnly => (
+            true,
+            "ready: keeping the node's files; the plugin runs every call itself (--files-only)\n"
+                .to_string(),
+        ),
+        Mode::Uninstall(done) if done.load(Ordering::SeqCst) => {
+            (true, format!("ready: {UNINSTALLED}\n"))
+        }
+        Mode::Uninstall(_) => (
+            false,
+            "not ready: uninstalling: pods attached by plumb are left, or plumb's configuration \
+             could not be removed (the daemon's log says which)\n"
+                .to_string(),
+        ),
+    }
+}
+
+/// What an uninstalling daemon's `/readyz` says once done, which its DaemonSet's probe looks
+/// for: a daemon that took its socket over (a pod of plumb's DaemonSet, not deleted yet) is
+/// ready too, with other words.
+pub const UNINSTALLED: &str = "nothing of plumb is left on the node";
 
 /// Runs the call (`env`, `stdin`) on a blocking thread, answering with what the plugin would
 /// print and its exit code.

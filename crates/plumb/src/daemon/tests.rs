@@ -143,6 +143,7 @@ fn plumbs_configuration_waits_for_the_kubeconfig_however_long_that_takes() {
         kubeconfig: Some(KubeconfigWriter::new(kubeconfig.clone(), sa.clone(), env).unwrap()),
         conf: Some(conf),
         uninstall: None,
+        told_of_other: false,
         kubeconfig_ready: false,
     };
     for _ in 0..3 {
@@ -177,6 +178,7 @@ fn leftovers_of_killed_writers_of_the_node_files_are_swept_once_an_hour_old() {
             ConfWriter::new(&template, conf_dir.clone(), None, Some(Path::new("/s"))).unwrap(),
         ),
         uninstall: None,
+        told_of_other: false,
         kubeconfig_ready: false,
     };
     let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
@@ -248,6 +250,7 @@ fn uninstalling_removes_the_configuration_first_and_the_rest_once_no_record_is_l
         kubeconfig: Some(KubeconfigWriter::new(kubeconfig.clone(), sa, env).unwrap()),
         conf: None,
         uninstall: Some(uninstall),
+        told_of_other: false,
         kubeconfig_ready: false,
     };
     files.step();
@@ -277,4 +280,109 @@ fn uninstalling_removes_the_configuration_first_and_the_rest_once_no_record_is_l
     // Not written again.
     files.step();
     assert!(!kubeconfig.exists());
+}
+
+#[test]
+fn uninstalling_waits_for_a_state_directory_it_does_not_own_or_a_hand_written_configuration() {
+    let d = tempfile::tempdir().unwrap();
+    let (conf_dir, bin, state) = (
+        d.path().join("net.d"),
+        d.path().join("bin"),
+        d.path().join("state"),
+    );
+    for dir in [&conf_dir, &bin, &state] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let ours = conf_dir.join("00-plumb.conflist");
+    let written = |state_dir: &Path| {
+        let list = serde_json::json!({"cniVersion": "1.0.0", "name": "plumb-cni-network",
+            "plugins": [{"type": "plumb", "plumbStateDir": state_dir,
+                         "plumbDaemonSocket": "/run/plumb/plumb.sock"}]});
+        std::fs::write(&ours, list.to_string()).unwrap();
+    };
+    // The configuration keeps its records elsewhere: nothing is removed, and the flag named.
+    written(Path::new("/elsewhere"));
+    let mut u = Uninstall::new(conf_dir.clone(), &bin, state.clone());
+    let Step::Waiting(why) = u.step(&[]) else {
+        panic!("not waiting")
+    };
+    assert!(why.contains("--state-dir /elsewhere"), "{why}");
+    assert!(ours.exists());
+    // The right one: kept without the socket (the DELs run here go to the plugin), removed.
+    written(&state);
+    assert!(matches!(u.step(&[]), Step::Removed(_)));
+    let kept = std::fs::read_to_string(state.join(".uninstall.conf")).unwrap();
+    assert!(!kept.contains("plumbDaemonSocket"), "{kept}");
+    // A configuration no daemon wrote still names plumb: the binary stays.
+    std::fs::write(bin.join("plumb"), "binary").unwrap();
+    let by_hand = conf_dir.join("05-mine.conf");
+    std::fs::write(
+        &by_hand,
+        r#"{"cniVersion": "1.0.0", "name": "x", "type": "plumb"}"#,
+    )
+    .unwrap();
+    let Step::Waiting(why) = u.step(&[]) else {
+        panic!("not waiting")
+    };
+    assert!(why.contains("05-mine.conf"), "{why}");
+    assert!(bin.join("plumb").exists());
+    std::fs::remove_file(&by_hand).unwrap();
+    // Only plumb's own files go from the state directory; another's stays, and says so.
+    std::fs::write(state.join("c1.lock"), "").unwrap();
+    std::fs::write(state.join("not-plumbs.txt"), "").unwrap();
+    let Step::Waiting(why) = u.step(&[]) else {
+        panic!("not waiting")
+    };
+    assert!(why.contains("files that are not plumb's"), "{why}");
+    assert!(!state.join("c1.lock").exists() && state.join("not-plumbs.txt").exists());
+    assert!(!bin.join("plumb").exists());
+}
+
+#[test]
+fn a_sandbox_is_gone_only_where_its_network_namespace_could_be_seen() {
+    let d = tempfile::tempdir().unwrap();
+    let (conf_dir, state) = (d.path().join("net.d"), d.path().join("state"));
+    let netns_dir = d.path().join("netns");
+    for dir in [&conf_dir, &state, &netns_dir] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(state.join(".uninstall.conf"), "{}").unwrap();
+    let record = |id: &str, netns: &Path| {
+        let r = serde_json::json!({"version": 1, "containerId": id, "netns": netns,
+                                   "attachments": []});
+        std::fs::write(state.join(format!("{id}.json")), r.to_string()).unwrap();
+    };
+    // Its directory is not there (a daemon that does not see the node's paths): alive.
+    record("c1", &d.path().join("unseen/ns1"));
+    let mut u = Uninstall::new(conf_dir, d.path(), state.clone());
+    let mut said = Vec::new();
+    for _ in 0..3 {
+        if let Step::Waiting(why) = u.step(&[]) {
+            said.push(why);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        state.join("c1.json").exists(),
+        "a live pod's record is kept"
+    );
+    assert!(
+        !said.is_empty() && !said.iter().any(|w| w.contains("DEL of")),
+        "{said:?}"
+    );
+    // Its directory is there and it is not: gone, and a DEL runs for it (here the binary is
+    // missing, so it fails and is said).
+    std::fs::remove_file(state.join("c1.json")).unwrap();
+    record("c2", &netns_dir.join("ns2"));
+    let mut said = String::new();
+    for _ in 0..50 {
+        if let Step::Waiting(why) = u.step(&[]) {
+            said = why;
+        }
+        if said.contains("the DEL of container c2 failed") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(said.contains("the DEL of container c2 failed"), "{said}");
 }

@@ -12,7 +12,8 @@
 //! was added with (CRI-O) calls plumb, which removes the record first.
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -32,6 +33,10 @@ type Deleting = std::thread::JoinHandle<Result<(), String>>;
 
 /// How long after a failed DEL of a sandbox that is gone it is tried again.
 const RETRY: Duration = Duration::from_secs(30);
+
+/// How long such a DEL may run before it is killed (a delegate or an API server that never
+/// answers would hold every DEL after it).
+const DEL_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The node's files of plumb, and whether they are gone.
 pub(super) struct Uninstall {
@@ -91,47 +96,105 @@ impl Uninstall {
         step.said_once(&mut self.waiting)
     }
 
-    /// Keeps `stdin`, plumb's configuration as the runtime gives it, in the state directory.
+    /// Keeps `stdin`, plumb's configuration as the runtime gives it, in the state directory,
+    /// which must be the one it names: the records waited for are there.
     fn keep(&self, stdin: &serde_json::Value) -> Result<(), String> {
         let dir = self.records.dir();
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        if let Some(named) = stdin
+            .get("plumbStateDir")
+            .and_then(serde_json::Value::as_str)
+            && Path::new(named) != dir
+        {
+            return Err(format!(
+                "plumb's configuration keeps its records in {named} (plumbStateDir), not in \
+                 --state-dir {}: give --state-dir {named}; the configuration stays until then",
+                dir.display()
+            ));
+        }
+        // The DELs run here go to the plugin itself: this daemon serves none.
+        let mut stdin = stdin.clone();
+        if let Some(keys) = stdin.as_object_mut() {
+            keys.remove("plumbDaemonSocket");
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
         cni::cache::write_durable(&dir.join(KEPT), stdin.to_string().as_bytes()).map_err(|e| e.msg)
     }
 
     fn remove_the_rest(&mut self, kubeconfig: &[PathBuf]) -> Step {
+        // A configuration no daemon wrote that names plumb would fail every new pod once the
+        // binary is gone.
+        let naming = conf_writer::naming_plumb(&self.conf_dir);
+        if !naming.is_empty() {
+            return Step::Waiting(format!(
+                "{} in {} name plumb, and no daemon wrote them: remove them (new pods would fail \
+                 once plumb's binary is gone)",
+                naming.join(", "),
+                self.conf_dir.display()
+            ));
+        }
         match self.still_needed() {
             Ok(None) => {}
             Ok(Some(why)) | Err(why) => return Step::Waiting(why),
         }
         let mut gone = Vec::new();
         let mut failed = Vec::new();
-        let mut remove = |path: &Path, dir: bool| {
-            let r = if dir {
-                std::fs::remove_dir_all(path)
-            } else {
-                std::fs::remove_file(path)
-            };
-            match r {
-                Ok(()) => gone.push(path.display().to_string()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => failed.push(format!("{}: {e}", path.display())),
-            }
+        let mut remove = |path: &Path| match std::fs::remove_file(path) {
+            Ok(()) => gone.push(path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => failed.push(format!("{}: {e}", path.display())),
         };
-        remove(&self.binary, false);
+        // The binary first, then one more look: an ADD from a configuration the runtime had not
+        // reloaded yet may have begun meanwhile (it holds its container's lock).
+        remove(&self.binary);
         for file in kubeconfig {
-            remove(file, false);
+            remove(file);
         }
-        remove(self.records.dir(), true);
-        // The kubeconfig's directory, if nothing else is in it.
-        if let Some(dir) = kubeconfig.first().and_then(|k| k.parent()) {
+        // The kubeconfig's own directory (`plumb.d`), if nothing else is in it; never the
+        // runtime's configuration directory.
+        if let Some(dir) = kubeconfig.first().and_then(|k| k.parent())
+            && dir != self.conf_dir
+        {
             let _ = std::fs::remove_dir(dir);
+        }
+        match self.still_needed() {
+            Ok(None) => {}
+            Ok(Some(why)) | Err(why) => {
+                return Step::Waiting(format!("{why} (plumb's binary is removed already)"));
+            }
+        }
+        // Only what plumb keeps there: its records are gone; their locks, the configuration
+        // kept, the temporary files of killed writers, the node-wide calls' lock.
+        let dir = self.records.dir().to_path_buf();
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.ends_with(".lock")
+                    || name == KEPT
+                    || (name.starts_with('.') && name.contains(".tmp"))
+                {
+                    remove(&e.path());
+                }
+            }
+        }
+        match std::fs::remove_dir(&dir) {
+            Ok(()) => gone.push(dir.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => failed.push(format!(
+                "{} (files that are not plumb's are left in it): {e}",
+                dir.display()
+            )),
         }
         if !failed.is_empty() {
             return Step::Waiting(format!("cannot remove {}", failed.join(", ")));
         }
         self.done.store(true, Ordering::SeqCst);
         Step::Removed(format!(
-            "nothing of plumb is left on the node (removed: {})",
+            "{} (removed: {})",
+            super::serve::UNINSTALLED,
             if gone.is_empty() {
                 "nothing, none was there".to_string()
             } else {
@@ -198,10 +261,11 @@ impl Uninstall {
             return Ok(Some(format!(
                 "{} sandboxes attached by plumb are left ({}{}); their DEL needs plumb's \
                  binary, kubeconfig and records, kept until none is left (`plumb status \
-                 --node`){}{}",
+                 --node --state-dir {}`){}{}",
                 records.len(),
                 pods.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
                 if records.len() > 5 { ", …" } else { "" },
+                self.records.dir().display(),
                 last.map(|l| format!("; {l}")).unwrap_or_default(),
                 if failed.is_empty() {
                     String::new()
@@ -250,9 +314,21 @@ impl Uninstall {
 }
 
 /// Whether the sandbox of `record` is gone: its network namespace (the runtime removes it
-/// after its DEL, or none was given).
+/// after its DEL), or none was given. Only where this process sees the node's netns paths: the
+/// directory the path is in (or `/proc`, for a process's) is there, so that a daemon that does
+/// not see them never takes a live pod for gone.
 fn sandbox_gone(record: &Record) -> bool {
-    record.netns.is_empty() || std::fs::symlink_metadata(&record.netns).is_err()
+    let path = Path::new(&record.netns);
+    if record.netns.is_empty() {
+        return true;
+    }
+    if std::fs::symlink_metadata(path).is_ok() {
+        return false;
+    }
+    match path.strip_prefix("/proc") {
+        Ok(_) => Path::new("/proc/self/ns/net").exists(),
+        Err(_) => path.parent().is_some_and(Path::is_dir),
+    }
 }
 
 /// plumb's DEL of `record`'s sandbox, run from `binary` with `stdin`; why it failed.
@@ -280,7 +356,32 @@ fn delete(binary: &Path, stdin: &[u8], record: &Record) -> Result<(), String> {
     if let Some(mut input) = child.stdin.take() {
         let _ = input.write_all(stdin);
     }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() > DEL_DEADLINE => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("no answer in {} s: killed", DEL_DEADLINE.as_secs()));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    // A CNI error is a line or two: the pipes hold it until the plugin has exited.
+    let read = |pipe: Option<&mut dyn Read>| {
+        let mut bytes = Vec::new();
+        if let Some(p) = pipe {
+            let _ = p.take(64 << 10).read_to_end(&mut bytes);
+        }
+        bytes
+    };
+    let out = std::process::Output {
+        status,
+        stdout: read(child.stdout.as_mut().map(|p| p as &mut dyn Read)),
+        stderr: read(child.stderr.as_mut().map(|p| p as &mut dyn Read)),
+    };
     if out.status.success() {
         // The runtime's own result-cache entry for plumb's network, which its DEL would have
         // removed: one that runs DEL with another configuration never will.

@@ -173,10 +173,11 @@ fn a_node_installed_upgraded_then_uninstalled_keeps_a_usable_configuration_and_l
         install(old, &root).contains("already"),
         "the same binary again: nothing to do"
     );
+    // Made first: the daemon's mount namespace binds /run/netns, which `ip netns` makes.
+    let ns1 = Netns::new();
     let first = daemon_of_binary_in(old, &root, &serving, &pod_env);
     first.wait_for("wrote /etc/cni/net.d/00-plumb.conflist");
     let uid = c.pod("default", "web1", json!({NETWORKS: "net-a"}));
-    let ns1 = Netns::new();
     let netns1 = format!("/var/run/netns/{}", ns1.name());
     let args1 = pod_args(("default", "web1", &uid), "life1");
     let added = ok(&runtime(
@@ -263,6 +264,17 @@ fn a_node_installed_upgraded_then_uninstalled_keeps_a_usable_configuration_and_l
     second.wait_for("now belongs to another daemon");
     let (status, said) = second.stop();
     assert!(status.success(), "{said}");
+    // The old daemon may have written the file once more before it saw its socket taken: the
+    // uninstall removes it again at its next look.
+    let conf = at(&root, "/etc/cni/net.d/00-plumb.conflist");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while conf.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the configuration stays"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     last.wait_for("uninstall: waiting: 2 sandboxes attached by plumb are left");
     assert_eq!(
         files_in(&at(&root, "/etc/cni/net.d")),
