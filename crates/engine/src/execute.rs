@@ -128,6 +128,7 @@ fn recorded(a: &Attachment, container_id: &str, dirs: &DeviceInfoDirs) -> Record
         network_config,
         capability_args,
         default: a.is_default,
+        default_route: a.default_route.clone(),
         device_info_file,
     }
 }

@@ -23,6 +23,7 @@
 //! - [`log`]: the log, Multus's line format.
 //! - [`paths`]: every default path.
 
+pub mod change;
 pub mod cluster;
 pub mod commands;
 pub mod config;

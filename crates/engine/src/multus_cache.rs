@@ -234,6 +234,7 @@ pub fn attachments(
             Attachment {
                 network: d.network.clone(),
                 ifname,
+                ifname_requested: false,
                 list: d.list.clone(),
                 network_list: d.list.clone(),
                 capability_args,

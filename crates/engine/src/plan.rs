@@ -109,6 +109,9 @@ pub struct Attachment {
     pub network: String,
     /// `CNI_IFNAME` for its delegates.
     pub ifname: String,
+    /// Whether its selection element named the interface (§4.1.2.1.5), rather than the name
+    /// being the runtime's or generated (`net<N>`).
+    pub ifname_requested: bool,
     /// The delegates' configuration list, `name` injected and `cni-args` merged.
     pub list: NetworkConfigList,
     /// The network's own configuration list (`name` injected), without what this attachment
@@ -316,6 +319,7 @@ impl Planner<'_> {
         self.out.attachments.push(Attachment {
             network: r.network,
             ifname,
+            ifname_requested: false,
             list: r.list,
             network_list: r.network_list,
             capability_args,
@@ -433,6 +437,7 @@ impl Planner<'_> {
             } = self.nad_network(&r)?;
             check_capabilities(&network, &list, element)?;
             let list = apply_cni_args(&network, &list, &element_cni_args(element))?;
+            let ifname_requested = element.interface.is_some();
             let ifname = element
                 .interface
                 .clone()
@@ -448,6 +453,7 @@ impl Planner<'_> {
             self.out.attachments.push(Attachment {
                 network,
                 ifname,
+                ifname_requested,
                 list,
                 network_list,
                 capability_args: capability_args(

@@ -186,6 +186,10 @@ pub struct RecordedAttachment {
     /// The cluster-wide default network.
     #[serde(default)]
     pub default: bool,
+    /// The selection element's `default-route` gateways (multi-net spec §4.1.2.1.9), when it
+    /// had the key: a change of them is a change of the attachment (`change`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_route: Option<Vec<std::net::IpAddr>>,
     /// The per-attachment device-info file to remove on DEL (device-info spec).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_info_file: Option<PathBuf>,
@@ -417,6 +421,7 @@ mod tests {
                 network_config: None,
                 capability_args: Map::new(),
                 default: false,
+                default_route: None,
                 device_info_file: None,
             }],
             standalone: false,

@@ -53,6 +53,7 @@ fn attachment(name: &str, ifname: &str, plugin_type: &str) -> Attachment {
     Attachment {
         network: name.into(),
         ifname: ifname.into(),
+        ifname_requested: false,
         network_list: list.clone(),
         list,
         capability_args: Map::new(),

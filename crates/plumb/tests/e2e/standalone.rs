@@ -540,3 +540,97 @@ fn attach_that_cannot_print_says_the_namespace_is_attached() {
     assert_eq!(ns.links(), ["lo"]);
     assert_eq!(node.all_allocations(), 0);
 }
+
+#[test]
+fn plan_with_a_record_shows_what_a_changed_selection_would_detach_and_attach() {
+    // The demo pod's sandbox as plumb recorded it: the default network, static-bridge (net1,
+    // with the MAC the element asks for) and macvlan (mv1).
+    let d = tempfile::tempdir().unwrap();
+    let attachment = |network: &str, ifname: &str, default: bool, caps: Value| {
+        serde_json::json!({"network": network, "ifname": ifname, "config": {},
+                           "default": default, "capabilityArgs": caps})
+    };
+    let record = d.path().join("c1.json");
+    std::fs::write(
+        &record,
+        serde_json::json!({"version": 1, "containerId": "c1", "netns": "/var/run/netns/demo",
+            "podNamespace": "default", "podName": "demo", "attachments": [
+                attachment("demo-default", "eth0", true, serde_json::json!({})),
+                attachment("default/static-bridge", "net1", false,
+                           serde_json::json!({"mac": "02:00:00:00:de:01"})),
+                attachment("default/macvlan", "mv1", false, serde_json::json!({}))]})
+        .to_string(),
+    )
+    .unwrap();
+    let plan = |networks: &str| {
+        let pod = d.path().join("pod.yaml");
+        std::fs::write(
+            &pod,
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: demo\n  namespace: default\n  \
+                 annotations:\n    k8s.v1.cni.cncf.io/networks: '{networks}'\n"
+            ),
+        )
+        .unwrap();
+        let out = plumb(&[
+            "plan",
+            "--pod",
+            s(&pod),
+            "--nads",
+            s(&repo("examples/standalone/nads")),
+            "--config",
+            s(&repo("examples/standalone/plumb.conf")),
+            "--record",
+            s(&record),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["change"].clone()
+    };
+    let one =
+        |network: &str, ifname: &str| serde_json::json!({"network": network, "interface": ifname});
+    // macvlan removed, the MAC asked of static-bridge unchanged: only mv1 goes.
+    let c = plan(r#"[{"name": "static-bridge", "mac": "02:00:00:00:de:01"}]"#);
+    assert_eq!(
+        c["detach"],
+        serde_json::json!([one("default/macvlan", "mv1")]),
+        "{c}"
+    );
+    assert_eq!(c["attach"], serde_json::json!([]), "{c}");
+    // Another MAC: net1 detached and attached again under its name; a second macvlan gets a
+    // name the pod never had.
+    let c = plan(
+        r#"[{"name": "static-bridge", "mac": "02:00:00:00:de:02"}, {"name": "macvlan", "interface": "mv1"}, {"name": "macvlan"}]"#,
+    );
+    assert_eq!(
+        c["detach"],
+        serde_json::json!([one("default/static-bridge", "net1")]),
+        "{c}"
+    );
+    assert_eq!(
+        c["attach"],
+        serde_json::json!([
+            one("default/static-bridge", "net1"),
+            one("default/macvlan", "net2")
+        ]),
+        "{c}"
+    );
+    // Not a record.
+    std::fs::write(&record, "{}").unwrap();
+    let out = plumb(&[
+        "plan",
+        "--pod",
+        s(&repo("examples/standalone/pods/demo.yaml")),
+        "--nads",
+        s(&repo("examples/standalone/nads")),
+        "--config",
+        s(&repo("examples/standalone/plumb.conf")),
+        "--record",
+        s(&record),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--record"));
+}
