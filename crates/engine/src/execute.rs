@@ -838,5 +838,7 @@ impl Executor<'_> {
     }
 }
 
+mod apply_change;
+
 #[cfg(test)]
 mod tests;

@@ -572,3 +572,143 @@ fn a_record_another_call_rewrote_during_a_failed_del_is_left_as_it_is() {
     assert!(e.details.contains("changed meanwhile"), "{e:?}");
     assert_eq!(records.load("c-race").unwrap(), Some(rewrite));
 }
+
+/// Plugins that succeed, remembering each call's command and interface, but for those of type
+/// `fails`, whose ADD fails.
+#[derive(Default)]
+struct ByInterface {
+    ran: std::sync::Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Exec for ByInterface {
+    fn find_in_path(&self, plugin_type: &str, _: &[PathBuf]) -> Result<PathBuf, CniError> {
+        Ok(PathBuf::from(plugin_type))
+    }
+
+    fn exec_plugin(&self, p: &Path, _: &[u8], env: &PluginEnv) -> Result<ExecOutput, CniError> {
+        self.ran
+            .lock()
+            .unwrap()
+            .push((env.command.clone(), env.ifname.clone()));
+        if p == Path::new("fails") && env.command == "ADD" {
+            return Err(CniError::new(
+                cni::ErrorCode::Internal,
+                "the delegate failed",
+            ));
+        }
+        Ok(ExecOutput {
+            stdout: br#"{"cniVersion":"1.0.0"}"#.to_vec(),
+            stderr: Vec::new(),
+        })
+    }
+}
+
+/// A sandbox `c1` recorded with the default network on eth0 and `net-a`, `net-b` on net1, net2.
+fn recorded_sandbox(records: &RecordStore, dirs: &DeviceInfoDirs) -> (Sandbox, Record) {
+    let record = Record {
+        version: RECORD_VERSION,
+        container_id: "c1".into(),
+        netns: "/var/run/netns/c1".into(),
+        pod_namespace: "default".into(),
+        pod_name: "web".into(),
+        pod_uid: "u1".into(),
+        cni_args: vec![("K8S_POD_NAME".into(), "web".into())],
+        attachments: [
+            ("default-net", "eth0"),
+            ("net-a", "net1"),
+            ("net-b", "net2"),
+        ]
+        .iter()
+        .map(|(n, i)| recorded(&attachment(n, i, "fake"), "c1", dirs))
+        .collect(),
+        standalone: false,
+    };
+    records.save(&record).unwrap();
+    let sandbox = Sandbox {
+        container_id: "c1".into(),
+        ..Sandbox::default()
+    };
+    (sandbox, record)
+}
+
+#[test]
+fn a_change_detaches_then_attaches_and_the_record_follows() {
+    let d = tempfile::tempdir().unwrap();
+    let records = RecordStore::new(d.path().join("state"));
+    let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
+    let (sandbox, _) = recorded_sandbox(&records, &dirs);
+    let exec = ByInterface::default();
+    let ran = std::sync::Arc::clone(&exec.ran);
+    let cni = runner(d.path(), exec);
+    let executor = executor(&cni, &records, &dirs);
+    let change = crate::change::Change {
+        detach: vec![2],
+        attach: vec![attachment("net-c", "net3", "fake")],
+        kept: vec![0, 1],
+    };
+    let added = executor.apply_change(&sandbox, &change).unwrap();
+    assert_eq!(added.len(), 1);
+    assert_eq!(
+        *ran.lock().unwrap(),
+        [
+            ("DEL".to_string(), "net2".to_string()),
+            ("ADD".into(), "net3".into())
+        ]
+    );
+    let now = records.load("c1").unwrap().unwrap();
+    let names: Vec<&str> = now.attachments.iter().map(|a| a.ifname.as_str()).collect();
+    assert_eq!(names, ["eth0", "net1", "net3"]);
+}
+
+#[test]
+fn a_failed_attach_of_a_change_rolls_back_what_it_attached_and_keeps_the_rest() {
+    let d = tempfile::tempdir().unwrap();
+    let records = RecordStore::new(d.path().join("state"));
+    let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
+    let (sandbox, record) = recorded_sandbox(&records, &dirs);
+    let exec = ByInterface::default();
+    let ran = std::sync::Arc::clone(&exec.ran);
+    let cni = runner(d.path(), exec);
+    let executor = executor(&cni, &records, &dirs);
+    let change = crate::change::Change {
+        detach: vec![],
+        attach: vec![
+            attachment("net-c", "net3", "fake"),
+            attachment("net-d", "net4", "fails"),
+        ],
+        kept: vec![0, 1, 2],
+    };
+    let e = executor.apply_change(&sandbox, &change).unwrap_err();
+    assert!(e.msg.contains("the delegate failed"), "{e}");
+    // The failed one's plugin started: its DEL too, then the one before it, in reverse.
+    assert_eq!(
+        *ran.lock().unwrap(),
+        [
+            ("ADD".to_string(), "net3".to_string()),
+            ("ADD".into(), "net4".into()),
+            ("DEL".into(), "net4".into()),
+            ("DEL".into(), "net3".into())
+        ]
+    );
+    assert_eq!(records.load("c1").unwrap(), Some(record));
+}
+
+#[test]
+fn a_change_of_a_sandbox_plumb_did_not_attach_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let records = RecordStore::new(d.path().join("state"));
+    let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
+    let cni = runner(d.path(), ByInterface::default());
+    let executor = executor(&cni, &records, &dirs);
+    let change = crate::change::Change {
+        detach: vec![],
+        attach: vec![attachment("net-c", "net3", "fake")],
+        kept: vec![],
+    };
+    let sandbox = Sandbox {
+        container_id: "c9".into(),
+        ..Sandbox::default()
+    };
+    let e = executor.apply_change(&sandbox, &change).unwrap_err();
+    assert_eq!(e.code, 3, "{e}");
+}
