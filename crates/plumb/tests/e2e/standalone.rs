@@ -13,6 +13,26 @@ fn plumb(args: &[&str]) -> Output {
     plumb_command(args).output().expect("run plumb")
 }
 
+/// `plumb plan` of the pod in `pod`, with the demo's NADs and configuration and `more`
+/// arguments.
+fn plan_demo(pod: &Path, more: &[&str]) -> Output {
+    let (nads, config) = (
+        repo("examples/standalone/nads"),
+        repo("examples/standalone/plumb.conf"),
+    );
+    let mut args = vec![
+        "plan",
+        "--pod",
+        s(pod),
+        "--nads",
+        s(&nads),
+        "--config",
+        s(&config),
+    ];
+    args.extend(more);
+    plumb(&args)
+}
+
 /// `plumb` with these arguments and the reference plugins on `CNI_PATH`, not yet run.
 fn plumb_command(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_plumb"));
@@ -30,15 +50,7 @@ fn s(p: &Path) -> &str {
 
 #[test]
 fn plan_prints_the_exact_stdin_of_every_delegate() {
-    let out = plumb(&[
-        "plan",
-        "--pod",
-        s(&repo("examples/standalone/pods/demo.yaml")),
-        "--nads",
-        s(&repo("examples/standalone/nads")),
-        "--config",
-        s(&repo("examples/standalone/plumb.conf")),
-    ]);
+    let out = plan_demo(&repo("examples/standalone/pods/demo.yaml"), &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -62,15 +74,7 @@ fn plan_prints_the_error_add_would_return() {
          k8s.v1.cni.cncf.io/networks: macvlan\n",
     )
     .unwrap();
-    let out = plumb(&[
-        "plan",
-        "--pod",
-        s(&pod),
-        "--nads",
-        s(&repo("examples/standalone/nads")),
-        "--config",
-        s(&repo("examples/standalone/plumb.conf")),
-    ]);
+    let out = plan_demo(&pod, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     let e = String::from_utf8_lossy(&out.stderr);
@@ -85,17 +89,10 @@ fn plan_refuses_an_interface_name_add_would_refuse() {
     // ADD refuses such a CNI_IFNAME (code 4) before planning: `plan`, which shows what ADD
     // would do with the same rules and errors, must not print a plan for it.
     for ifname in ["bad/name", "", "waytoolonginterfacename"] {
-        let out = plumb(&[
-            "plan",
-            "--pod",
-            s(&repo("examples/standalone/pods/demo.yaml")),
-            "--nads",
-            s(&repo("examples/standalone/nads")),
-            "--config",
-            s(&repo("examples/standalone/plumb.conf")),
-            "--ifname",
-            ifname,
-        ]);
+        let out = plan_demo(
+            &repo("examples/standalone/pods/demo.yaml"),
+            &["--ifname", ifname],
+        );
         assert_eq!(out.status.code(), Some(1), "{ifname:?}");
         assert!(out.stdout.is_empty(), "{ifname:?}");
         let e = String::from_utf8_lossy(&out.stderr);
@@ -572,17 +569,7 @@ fn plan_with_a_record_shows_what_a_changed_selection_would_detach_and_attach() {
             ),
         )
         .unwrap();
-        let out = plumb(&[
-            "plan",
-            "--pod",
-            s(&pod),
-            "--nads",
-            s(&repo("examples/standalone/nads")),
-            "--config",
-            s(&repo("examples/standalone/plumb.conf")),
-            "--record",
-            s(&record),
-        ]);
+        let out = plan_demo(&pod, &["--record", s(&record)]);
         assert!(
             out.status.success(),
             "{}",
@@ -620,17 +607,10 @@ fn plan_with_a_record_shows_what_a_changed_selection_would_detach_and_attach() {
     );
     // Not a record.
     std::fs::write(&record, "{}").unwrap();
-    let out = plumb(&[
-        "plan",
-        "--pod",
-        s(&repo("examples/standalone/pods/demo.yaml")),
-        "--nads",
-        s(&repo("examples/standalone/nads")),
-        "--config",
-        s(&repo("examples/standalone/plumb.conf")),
-        "--record",
-        s(&record),
-    ]);
+    let out = plan_demo(
+        &repo("examples/standalone/pods/demo.yaml"),
+        &["--record", s(&record)],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--record"));
 }
