@@ -7,6 +7,22 @@ use serde_json::{Map, json};
 
 use super::*;
 
+/// A delegate's answer, as the fakes give it.
+fn answered() -> Result<ExecOutput, CniError> {
+    Ok(ExecOutput {
+        stdout: br#"{"cniVersion":"1.0.0"}"#.to_vec(),
+        stderr: Vec::new(),
+    })
+}
+
+/// A delegate's failure, as the fakes give it.
+fn delegate_failed() -> Result<ExecOutput, CniError> {
+    Err(CniError::new(
+        cni::ErrorCode::Internal,
+        "the delegate failed",
+    ))
+}
+
 /// Plugins that start, then wait for the gate as `RawExec`'s do; the state directory is
 /// removed once the record is staged, so the record cannot be put in place.
 struct LosingTheStateDir {
@@ -35,10 +51,7 @@ impl Exec for LosingTheStateDir {
             gate()?;
         }
         self.ran.lock().unwrap().push(env.command.clone());
-        Ok(ExecOutput {
-            stdout: br#"{"cniVersion":"1.0.0"}"#.to_vec(),
-            stderr: Vec::new(),
-        })
+        answered()
     }
 }
 
@@ -103,38 +116,9 @@ impl Exec for RecordRewrittenMeanwhile {
     fn exec_plugin(&self, p: &Path, _: &[u8], _: &PluginEnv) -> Result<ExecOutput, CniError> {
         if p == Path::new("fails") {
             self.records.save(&self.rewrite).unwrap();
-            return Err(CniError::new(
-                cni::ErrorCode::Internal,
-                "the delegate failed",
-            ));
+            return delegate_failed();
         }
-        Ok(ExecOutput {
-            stdout: br#"{"cniVersion":"1.0.0"}"#.to_vec(),
-            stderr: Vec::new(),
-        })
-    }
-}
-
-/// Plugins that succeed, remembering each call's command and container ID.
-#[derive(Default)]
-struct Succeeding {
-    ran: std::sync::Arc<Mutex<Vec<(String, String)>>>,
-}
-
-impl Exec for Succeeding {
-    fn find_in_path(&self, plugin_type: &str, _: &[PathBuf]) -> Result<PathBuf, CniError> {
-        Ok(PathBuf::from(plugin_type))
-    }
-
-    fn exec_plugin(&self, _: &Path, _: &[u8], env: &PluginEnv) -> Result<ExecOutput, CniError> {
-        self.ran
-            .lock()
-            .unwrap()
-            .push((env.command.clone(), env.container_id.clone()));
-        Ok(ExecOutput {
-            stdout: br#"{"cniVersion":"1.0.0"}"#.to_vec(),
-            stderr: Vec::new(),
-        })
+        answered()
     }
 }
 
@@ -160,7 +144,7 @@ fn a_record_naming_another_container_is_refused_and_neither_record_is_touched() 
     let b_path = records.path("c-b").unwrap();
     let a_path = records.path("c-a").unwrap();
     std::fs::copy(&b_path, &a_path).unwrap();
-    let exec = Succeeding::default();
+    let exec = ByInterface::default();
     let ran = std::sync::Arc::clone(&exec.ran);
     let cni = runner(d.path(), exec);
     let executor = executor(&cni, &records, &dirs);
@@ -344,10 +328,7 @@ impl Exec for KilledAtFirstStart {
             panic!("plumb killed as its first delegate starts");
         }
         self.ran.lock().unwrap().push(env.command.clone());
-        Ok(ExecOutput {
-            stdout: br#"{"cniVersion":"1.0.0"}"#.to_vec(),
-            stderr: Vec::new(),
-        })
+        answered()
     }
 }
 
@@ -407,10 +388,7 @@ impl Exec for Unstartable {
                     .plugin_not_started(),
             );
         }
-        Ok(ExecOutput {
-            stdout: br#"{"cniVersion":"1.0.0"}"#.to_vec(),
-            stderr: Vec::new(),
-        })
+        answered()
     }
 }
 
@@ -591,15 +569,9 @@ impl Exec for ByInterface {
             .unwrap()
             .push((env.command.clone(), env.ifname.clone()));
         if p == Path::new("fails") && env.command == "ADD" {
-            return Err(CniError::new(
-                cni::ErrorCode::Internal,
-                "the delegate failed",
-            ));
+            return delegate_failed();
         }
-        Ok(ExecOutput {
-            stdout: br#"{"cniVersion":"1.0.0"}"#.to_vec(),
-            stderr: Vec::new(),
-        })
+        answered()
     }
 }
 
@@ -631,66 +603,78 @@ fn recorded_sandbox(records: &RecordStore, dirs: &DeviceInfoDirs) -> (Sandbox, R
     (sandbox, record)
 }
 
-#[test]
-fn a_change_detaches_then_attaches_and_the_record_follows() {
+/// What applying a change did: how many attachments it added (or its error), the calls the
+/// plugins got (command, interface), the record before and after.
+type Applied = (
+    Result<usize, CniError>,
+    Vec<(String, String)>,
+    Record,
+    Option<Record>,
+);
+
+/// `change` applied to the sandbox of [`recorded_sandbox`].
+fn applying(change: crate::change::Change) -> Applied {
     let d = tempfile::tempdir().unwrap();
     let records = RecordStore::new(d.path().join("state"));
     let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
-    let (sandbox, _) = recorded_sandbox(&records, &dirs);
+    let (sandbox, before) = recorded_sandbox(&records, &dirs);
     let exec = ByInterface::default();
     let ran = std::sync::Arc::clone(&exec.ran);
     let cni = runner(d.path(), exec);
-    let executor = executor(&cni, &records, &dirs);
-    let change = crate::change::Change {
+    let outcome = executor(&cni, &records, &dirs)
+        .apply_change(&sandbox, &change)
+        .map(|added| added.len());
+    let calls = ran.lock().unwrap().clone();
+    (outcome, calls, before, records.load("c1").unwrap())
+}
+
+fn calls(of: &[(&str, &str)]) -> Vec<(String, String)> {
+    of.iter()
+        .map(|(c, i)| (c.to_string(), i.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_change_detaches_then_attaches_and_the_record_follows() {
+    let (outcome, ran, _, after) = applying(crate::change::Change {
         detach: vec![2],
         attach: vec![attachment("net-c", "net3", "fake")],
         kept: vec![0, 1],
-    };
-    let added = executor.apply_change(&sandbox, &change).unwrap();
-    assert_eq!(added.len(), 1);
-    assert_eq!(
-        *ran.lock().unwrap(),
-        [
-            ("DEL".to_string(), "net2".to_string()),
-            ("ADD".into(), "net3".into())
-        ]
-    );
-    let now = records.load("c1").unwrap().unwrap();
-    let names: Vec<&str> = now.attachments.iter().map(|a| a.ifname.as_str()).collect();
+    });
+    assert_eq!(outcome.unwrap(), 1);
+    assert_eq!(ran, calls(&[("DEL", "net2"), ("ADD", "net3")]));
+    let after = after.unwrap();
+    let names: Vec<&str> = after
+        .attachments
+        .iter()
+        .map(|a| a.ifname.as_str())
+        .collect();
     assert_eq!(names, ["eth0", "net1", "net3"]);
 }
 
 #[test]
 fn a_failed_attach_of_a_change_rolls_back_what_it_attached_and_keeps_the_rest() {
-    let d = tempfile::tempdir().unwrap();
-    let records = RecordStore::new(d.path().join("state"));
-    let dirs = DeviceInfoDirs::new(d.path().join("devinfo"));
-    let (sandbox, record) = recorded_sandbox(&records, &dirs);
-    let exec = ByInterface::default();
-    let ran = std::sync::Arc::clone(&exec.ran);
-    let cni = runner(d.path(), exec);
-    let executor = executor(&cni, &records, &dirs);
-    let change = crate::change::Change {
+    let (outcome, ran, before, after) = applying(crate::change::Change {
         detach: vec![],
         attach: vec![
             attachment("net-c", "net3", "fake"),
             attachment("net-d", "net4", "fails"),
         ],
         kept: vec![0, 1, 2],
-    };
-    let e = executor.apply_change(&sandbox, &change).unwrap_err();
+    });
+    let e = outcome.unwrap_err();
     assert!(e.msg.contains("the delegate failed"), "{e}");
     // The failed one's plugin started: its DEL too, then the one before it, in reverse.
     assert_eq!(
-        *ran.lock().unwrap(),
-        [
-            ("ADD".to_string(), "net3".to_string()),
-            ("ADD".into(), "net4".into()),
-            ("DEL".into(), "net4".into()),
-            ("DEL".into(), "net3".into())
-        ]
+        ran,
+        calls(&[
+            ("ADD", "net3"),
+            ("ADD", "net4"),
+            ("DEL", "net4"),
+            ("DEL", "net3")
+        ])
     );
-    assert_eq!(records.load("c1").unwrap(), Some(record));
+    assert_eq!(after, Some(before));
 }
 
 #[test]
