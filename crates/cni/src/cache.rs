@@ -362,6 +362,11 @@ pub struct Staged {
 /// [`staged_base`] allows for (a `u32`'s ten digits), so [`remove_staged`] and
 /// [`sweep_staged`] find it as they find the others.
 pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
+    stage_with_mode(path, bytes, 0o600)
+}
+
+/// [`stage`], the temporary file made with `mode` (`0o755` for a program: `plumb install`).
+pub fn stage_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<Staged, CniError> {
     use std::hash::BuildHasher;
 
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -377,7 +382,7 @@ pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, CniError> {
         let opened = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(mode)
             .open(&tmp);
         let mut f = match opened {
             Ok(f) => f,
@@ -532,6 +537,20 @@ pub fn sweep_temporaries(
 }
 
 impl Staged {
+    /// The temporary file, written whole (see [`Staged::sync_and_close`] to run it).
+    pub fn temporary(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// Fsyncs the content and closes the file, before the rename: a program staged so can be
+    /// run (a file open for writing cannot: "text file busy") and checked first.
+    pub fn sync_and_close(&mut self) -> Result<(), CniError> {
+        if let Some(f) = self.file.take() {
+            f.sync_data().map_err(|e| write_err(&self.path, e))?;
+        }
+        Ok(())
+    }
+
     /// Renames the file into place (atomic, not durable).
     pub fn commit(self) -> Result<(), CniError> {
         self.finish(false)

@@ -126,10 +126,10 @@ pub fn change(
                 }
                 a.ifname.clone()
             }
-            None => (1..)
-                .map(|n| format!("net{n}"))
-                .find(|n| !in_use.contains(n) && !had.contains(n.as_str()))
-                .expect("fewer interfaces than numbers"),
+            None => crate::plan::generated_ifname(
+                1,
+                (in_use.iter().map(String::as_str)).chain(had.iter().copied()),
+            ),
         };
         if a.resource.is_some() || a.device.is_some() {
             return Err(format!(

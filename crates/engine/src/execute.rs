@@ -692,13 +692,7 @@ impl Executor<'_> {
         // What is still to undo: the attachments whose DEL failed, in their order.
         let mut left = vec![false; n];
         for (i, a) in record.attachments.iter().enumerate().rev() {
-            let outcome = recorded_list(a)
-                .and_then(|list| {
-                    self.cni
-                        .del_network_list(&list, &runtime_conf(sandbox, netns, a))
-                })
-                .and_then(|()| delete_device_info_file(record, a));
-            match outcome {
+            match self.del_one(sandbox, netns, record, a) {
                 Ok(()) => {}
                 Err(e) if tolerated(i) => {
                     // Given up on: nothing will retry, so its file goes too.
@@ -718,6 +712,20 @@ impl Executor<'_> {
             return Err(self.keep_what_is_left(record, on_disk, &left, e));
         }
         Ok(warnings)
+    }
+
+    /// DEL of the recorded attachment `a` of `record`: its delegates, then its device-info
+    /// file.
+    fn del_one(
+        &self,
+        sandbox: &Sandbox,
+        netns: &str,
+        record: &Record,
+        a: &RecordedAttachment,
+    ) -> Result<(), CniError> {
+        let list = recorded_list(a)?;
+        (self.cni).del_network_list(&list, &runtime_conf(sandbox, netns, a))?;
+        delete_device_info_file(record, a)
     }
 
     /// Undoes a whole ADD that succeeded but must not stand (the pod's status could not be

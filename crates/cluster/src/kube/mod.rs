@@ -42,6 +42,20 @@ pub(crate) async fn watch_client(kubeconfig: &Path) -> Result<(kube::Client, Sou
     Ok((client, sources))
 }
 
+/// A kubeconfig of one cluster at `server`, its CA certificate in the file `ca`, and one user
+/// whose token is in the file `token` (read again on every use): a service account's, as the
+/// daemon watches with it and as it writes one on the node.
+pub fn token_kubeconfig(server: &str, ca: &str, token: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "plumb", "cluster": {"server": server, "certificate-authority": ca}}],
+        "users": [{"name": "plumb", "user": {"tokenFile": token}}],
+        "contexts": [{"name": "plumb", "context": {"cluster": "plumb", "user": "plumb"}}],
+        "current-context": "plumb",
+    })
+}
+
 /// A client for the daemon's watch caches from a pod's service account: the API server at
 /// `server`, the CA certificate and token in the directory `service_account` (`ca.crt`,
 /// `token`, kube-rs reading the token again as the kubelet rotates it), made on the runtime it
@@ -61,14 +75,7 @@ pub(crate) async fn in_cluster_watch_client(
         )
     };
     let file = |name: &str| service_account.join(name).to_string_lossy().into_owned();
-    let kubeconfig = serde_json::json!({
-        "clusters": [{"name": "in-cluster",
-                      "cluster": {"server": server, "certificate-authority": file("ca.crt")}}],
-        "users": [{"name": "in-cluster", "user": {"tokenFile": file("token")}}],
-        "contexts": [{"name": "in-cluster",
-                      "context": {"cluster": "in-cluster", "user": "in-cluster"}}],
-        "current-context": "in-cluster",
-    });
+    let kubeconfig = token_kubeconfig(server, &file("ca.crt"), &file("token"));
     let kubeconfig: kube::config::Kubeconfig =
         serde_json::from_value(kubeconfig).map_err(|e| failed(&e))?;
     let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())

@@ -41,11 +41,7 @@ impl Executor<'_> {
             })?;
         let n = going.len();
         for (i, a) in going.iter().enumerate() {
-            recorded_list(a)
-                .and_then(|list| {
-                    (self.cni).del_network_list(&list, &runtime_conf(&sandbox, &sandbox.netns, a))
-                })
-                .and_then(|()| delete_device_info_file(&record, a))
+            self.del_one(&sandbox, &sandbox.netns, &record, a)
                 .map_err(|e| e.context(format!("detaching {}", describe_recorded(a, i, n))))?;
             record.attachments.retain(|r| r != a);
             self.records.save(&record)?;
@@ -138,12 +134,7 @@ impl Executor<'_> {
         let mut left = Vec::new();
         let mut failures = Vec::new();
         for a in undo.iter().rev() {
-            let outcome = recorded_list(a)
-                .and_then(|list| {
-                    (self.cni).del_network_list(&list, &runtime_conf(sandbox, &sandbox.netns, a))
-                })
-                .and_then(|()| delete_device_info_file(record, a));
-            if let Err(e) = outcome {
+            if let Err(e) = self.del_one(sandbox, &sandbox.netns, record, a) {
                 failures.push(format!("{} ({}): {e}", a.network, a.ifname));
                 left.push(a.clone());
             }

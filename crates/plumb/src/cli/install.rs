@@ -1,11 +1,11 @@
 //! `plumb install`: puts this plumb binary in the runtime's CNI bin directory (the DaemonSet's
-//! init container runs it). The copy is written beside the target under a temporary name,
-//! fsynced, run once (`CNI_COMMAND=VERSION` must answer), then renamed over the target and the
-//! directory fsynced: the runtime execs either the old binary or the new one, whole, never a
-//! part, and the running old one is never opened for writing ("text file busy").
+//! init container runs it). The copy is written beside the target under a temporary name
+//! (`cni::cache::stage`'s, unique even for two installs that are each PID 1), fsynced, run once
+//! (`CNI_COMMAND=VERSION` must answer), then renamed over the target and the directory fsynced:
+//! the runtime execs either the old binary or the new one, whole, never a part, and the running
+//! old one is never opened for writing ("text file busy").
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -25,24 +25,23 @@ pub struct InstallArgs {
 
 /// Installs the running binary; says what it did on stdout.
 pub fn install(args: &InstallArgs, out: &mut dyn Write) -> Result<(), CniError> {
-    let io = |what: &str, path: &Path, e: std::io::Error| {
-        CniError::new(ErrorCode::Io, format!("{what} {}: {e}", path.display()))
-    };
-    if args.name.is_empty() || args.name.contains('/') || args.name.starts_with('.') {
-        return Err(CniError::new(
-            ErrorCode::InvalidConfig,
-            format!("--name {:?}: not a plugin's file name", args.name),
-        ));
-    }
+    cni::validate::plugin_type(&args.name)
+        .map_err(|e| e.context(format!("--name {:?}", args.name)))?;
     let exe = Path::new("/proc/self/exe");
-    let binary = std::fs::read(exe).map_err(|e| io("cannot read", exe, e))?;
+    let binary = std::fs::read(exe)
+        .map_err(|e| CniError::new(ErrorCode::Io, format!("cannot read {}: {e}", exe.display())))?;
     let target = args.bin_dir.join(&args.name);
     let version = crate::shim::VERSION;
     if std::fs::read(&target).is_ok_and(|there| there == binary) {
         let _ = writeln!(out, "plumb {version} is at {} already", target.display());
         return Ok(());
     }
-    std::fs::create_dir_all(&args.bin_dir).map_err(|e| io("cannot make", &args.bin_dir, e))?;
+    std::fs::create_dir_all(&args.bin_dir).map_err(|e| {
+        CniError::new(
+            ErrorCode::Io,
+            format!("cannot make {}: {e}", args.bin_dir.display()),
+        )
+    })?;
     // What an install killed before its rename left (an hour old: not a live one's).
     for left in
         cni::cache::sweep_staged_beside(&target, plumb_engine::commands::STAGED_FILE_MAX_AGE)?
@@ -53,44 +52,21 @@ pub fn install(args: &InstallArgs, out: &mut dyn Write) -> Result<(), CniError> 
             left.display()
         );
     }
-    // `.<name>.tmp<pid>`: the name `sweep_staged_beside` knows.
-    let tmp = args
-        .bin_dir
-        .join(format!(".{}.tmp{}", args.name, std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o755)
-            .open(&tmp)?;
-        f.write_all(&binary)?;
-        f.sync_all()
-        // Closed here: a file open for writing cannot be run.
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io("cannot write", &tmp, e));
-    }
-    if let Err(why) = answers_version(&tmp) {
-        let _ = std::fs::remove_file(&tmp);
+    let mut staged = cni::cache::stage_with_mode(&target, &binary, 0o755)?;
+    staged.sync_and_close()?;
+    if let Err(why) = answers_version(staged.temporary()) {
+        // Dropped, the copy is removed.
         return Err(CniError::new(
             ErrorCode::Io,
             format!(
                 "the copy {} does not run: {why}; {} is left as it was",
-                tmp.display(),
+                staged.temporary().display(),
                 target.display()
             ),
         ));
     }
     let replaced = target.exists();
-    std::fs::rename(&tmp, &target).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io("cannot rename the copy onto", &target, e)
-    })?;
-    std::fs::File::open(&args.bin_dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io("cannot sync", &args.bin_dir, e))?;
+    staged.commit_durable()?;
     let _ = writeln!(
         out,
         "installed plumb {version} at {}{}",

@@ -210,31 +210,13 @@ impl ConfWriter {
         Ok(Found::None(skipped))
     }
 
-    /// The directory's configuration files by name, as a runtime lists and orders them
-    /// (libcni's `ConfFiles`: every entry that is not a directory, a link included, whose
-    /// extension is `.conf`, `.conflist` or `.json`), without this writer's own file (its
-    /// temporary file, `.00-plumb.conflist.tmp<pid>`, has none of those extensions).
+    /// The directory's configuration files by name, without this writer's own file (its
+    /// temporary file, `.00-plumb.conflist.tmp<pid>`, has none of the extensions).
     fn candidates(&self) -> Result<Vec<String>, String> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(format!("cannot list {}: {e}", self.dir.display())),
-        };
-        let mut names: Vec<String> = entries
-            .filter_map(|e| {
-                let e = e.ok()?;
-                // The entry's own type, a link's not followed, as libcni's `IsDir`.
-                (!e.file_type().ok()?.is_dir()).then_some(e.file_name().into_string().ok()?)
-            })
-            .filter(|n| {
-                n != OUTPUT
-                    && [".conf", ".conflist", ".json"]
-                        .iter()
-                        .any(|ext| n.ends_with(ext))
-            })
-            .collect();
-        names.sort();
-        Ok(names)
+        Ok(conf_files(&self.dir)?
+            .into_iter()
+            .filter(|n| n != OUTPUT)
+            .collect())
     }
 
     /// Writes the file for the default network `conf` (read from `name`) unless it holds that
@@ -332,19 +314,34 @@ pub fn written(dir: &Path) -> Option<Value> {
     written_by_a_daemon(&bytes).then(|| serde_json::from_slice(&bytes).ok())?
 }
 
-/// The configuration files of `dir` (as the runtime lists them) whose plugin is plumb, other
-/// than one a daemon wrote.
-pub fn naming_plumb(dir: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
+/// The configuration files of `dir` by name, as a runtime lists and orders them (libcni's
+/// `ConfFiles`: every entry that is not a directory, a link included, whose extension is
+/// `.conf`, `.conflist` or `.json`); none when `dir` does not exist.
+fn conf_files(dir: &Path) -> Result<Vec<String>, String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("cannot list {}: {e}", dir.display())),
     };
     let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|e| {
+            let e = e.ok()?;
+            // The entry's own type, a link's not followed, as libcni's `IsDir`.
+            (!e.file_type().ok()?.is_dir()).then_some(e.file_name().into_string().ok()?)
+        })
         .filter(|n| {
             [".conf", ".conflist", ".json"]
                 .iter()
-                .any(|x| n.ends_with(x))
+                .any(|ext| n.ends_with(ext))
         })
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The configuration files of `dir` whose plugin is plumb, other than one a daemon wrote.
+pub fn naming_plumb(dir: &Path) -> Vec<String> {
+    (conf_files(dir).unwrap_or_default().into_iter())
         .filter(|n| {
             let Ok(bytes) = cni::files::read_bounded(&dir.join(n), MAX_CONF_FILE) else {
                 return false;
@@ -354,26 +351,7 @@ pub fn naming_plumb(dir: &Path) -> Vec<String> {
                     && !(n == OUTPUT && written_by_a_daemon(&bytes))
             })
         })
-        .collect();
-    names.sort();
-    names
-}
-
-/// Removes plumb's configuration from `dir` if a daemon wrote it (`plumb daemon --uninstall`):
-/// [`Step::Removed`] when it did, [`Step::Same`] when there is none.
-pub fn remove_written(dir: &Path) -> Step {
-    let path = dir.join(OUTPUT);
-    let Ok(bytes) = cni::files::read_bounded(&path, MAX_CONF_FILE) else {
-        return Step::Same;
-    };
-    if !written_by_a_daemon(&bytes) {
-        return Step::Same;
-    }
-    match std::fs::remove_file(&path) {
-        Ok(()) => Step::Removed("new pods get the default network alone".to_string()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Step::Same,
-        Err(e) => Step::Waiting(format!("cannot remove {}: {e}", path.display())),
-    }
+        .collect()
 }
 
 /// What a look at the directory found.

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use cni::error::{CniError, ErrorCode};
-use serde_json::json;
 
 use crate::daemon::conf_writer::Step;
 use crate::daemon::node_token::{Event, MAX_CREDENTIAL, NodeToken};
@@ -215,7 +214,7 @@ impl KubeconfigWriter {
             "plumb-daemon-{}-service-account.kubeconfig",
             std::process::id()
         ));
-        let kubeconfig = kubeconfig(
+        let kubeconfig = plumb_cluster::kube::token_kubeconfig(
             &self.server,
             &self.service_account.join("ca.crt").to_string_lossy(),
             &self.service_account.join("token").to_string_lossy(),
@@ -294,7 +293,7 @@ impl KubeconfigWriter {
         // Relative: kubectl, kube-rs and plumb read such names from the kubeconfig's directory,
         // so the file holds no path of the daemon's container and the node reads it wherever
         // the node has it.
-        let kubeconfig = kubeconfig(&self.server, "ca.crt", "token");
+        let kubeconfig = plumb_cluster::kube::token_kubeconfig(&self.server, "ca.crt", "token");
         let mut kubeconfig = serde_json::to_vec_pretty(&kubeconfig).expect("JSON serializes");
         kubeconfig.push(b'\n');
         let file_name = self.path.file_name().expect("checked in new").to_owned();
@@ -352,19 +351,6 @@ pub(super) fn in_cluster_server(
         format!("https://[{host}]:{port}")
     } else {
         format!("https://{host}:{port}")
-    })
-}
-
-/// A kubeconfig of one cluster at `server`, its CA certificate in the file `ca`, and one user
-/// whose token is in the file `token`.
-fn kubeconfig(server: &str, ca: &str, token: &str) -> serde_json::Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "plumb", "cluster": {"server": server, "certificate-authority": ca}}],
-        "users": [{"name": "plumb", "user": {"tokenFile": token}}],
-        "contexts": [{"name": "plumb", "context": {"cluster": "plumb", "user": "plumb"}}],
-        "current-context": "plumb",
     })
 }
 

@@ -1,9 +1,11 @@
 //! `plumb daemon`: the CNI engine in a long-running process, serving the calls the `plumb` shim
 //! forwards (`shim`) over a unix socket (`/run/plumb/plumb.sock`, 0600, root), each run as in
 //! thin mode but with its pod and NADs read from watch caches (`caches`), the API client and its
-//! connection kept between calls, and its events sent after the answer (docs/daemon.md). A daemon started on a
-//! served socket takes it over, as Multus's does (`socket`, `serve`); it can also keep plumb's
-//! CNI configuration and a kubeconfig on the node (`conf_writer`, `kubeconfig_writer`).
+//! connection kept between calls, and its events sent after the answer (docs/daemon.md). A
+//! daemon started on a served socket takes it over, as Multus's does (`socket`, `serve`); it can
+//! also keep plumb's CNI configuration and a kubeconfig on the node (`conf_writer`,
+//! `kubeconfig_writer`), run in the node's root (`host_root`), keep those files only
+//! (`--files-only`), or take plumb off the node (`uninstall`).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
@@ -358,8 +360,9 @@ pub fn run(args: &Args) -> Result<(), CniError> {
         ));
     }
     let rt = plumb_cluster::runtime::current_thread()?;
-    // Before the daemon's threads and socket: a SIGTERM during start-up is then kept for the serving loop,
-    // which stops at once and cleans up, instead of killing the daemon with its socket bound.
+    // Before the daemon's threads and socket: a SIGTERM during start-up is then kept for the
+    // serving loop, which stops at once and cleans up, instead of killing the daemon with its
+    // socket bound.
     let signals = {
         let _in = rt.enter();
         Signals::register()?

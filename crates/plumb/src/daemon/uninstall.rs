@@ -82,18 +82,27 @@ impl Uninstall {
         if self.is_done() {
             return Step::Same;
         }
-        // Kept before the file goes: the DELs this daemon runs need it.
-        if let Some(list) = conf_writer::written(&self.conf_dir)
-            && let Some(stdin) = conf_writer::plumb_stdin(&list)
-            && let Err(e) = self.keep(&stdin)
-        {
-            return Step::Waiting(e).said_once(&mut self.waiting);
-        }
-        let step = match conf_writer::remove_written(&self.conf_dir) {
-            Step::Same => self.remove_the_rest(kubeconfig),
-            removed_or_not => removed_or_not,
+        let step = match conf_writer::written(&self.conf_dir) {
+            Some(list) => self.keep_then_remove(&list),
+            None => self.remove_the_rest(kubeconfig),
         };
         step.said_once(&mut self.waiting)
+    }
+
+    /// Removes plumb's configuration `list`, a copy of it kept first: the DELs this daemon runs
+    /// need it.
+    fn keep_then_remove(&self, list: &serde_json::Value) -> Step {
+        let kept = conf_writer::plumb_stdin(list)
+            .ok_or_else(|| "plumb's configuration names no plumb".to_string())
+            .and_then(|stdin| self.keep(&stdin));
+        if let Err(why) = kept {
+            return Step::Waiting(why);
+        }
+        match std::fs::remove_file(self.conf()) {
+            Ok(()) => Step::Removed("new pods get the default network alone".to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Step::Same,
+            Err(e) => Step::Waiting(format!("cannot remove {}: {e}", self.conf().display())),
+        }
     }
 
     /// Keeps `stdin`, plumb's configuration as the runtime gives it, in the state directory,

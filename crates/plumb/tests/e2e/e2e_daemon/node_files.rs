@@ -753,3 +753,90 @@ fn a_daemon_that_takes_the_socket_over_takes_over_plumbs_configuration_too() {
         old.said()
     );
 }
+
+#[test]
+fn a_files_only_daemon_writes_a_configuration_naming_no_socket_and_leaves_every_call_to_the_plugin()
+{
+    // deploy/thin/: the daemon keeps plumb's configuration, the plugin runs the calls.
+    let w = Writing::new(154);
+    let (c, socket, net_d) = (&w.c, &w.socket, &w.net_d);
+    let daemon = w.start_with(&["--files-only".as_ref()], &[]);
+    daemon.wait_for("wrote");
+    let written: serde_json::Value =
+        serde_json::from_slice(&fs::read(net_d.join("00-plumb.conflist")).unwrap()).unwrap();
+    assert!(
+        written["plugins"][0].get("plumbDaemonSocket").is_none(),
+        "{written}"
+    );
+    let ready = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["health", "--ready", "--socket"])
+        .arg(socket)
+        .output()
+        .unwrap();
+    assert!(ready.status.success());
+    assert!(String::from_utf8_lossy(&ready.stdout).contains("--files-only"));
+    // A runtime using the written file: the plugin runs the calls.
+    let uid = c.pod("default", "t", json!({NETWORKS: "net-a"}));
+    let ns = Netns::new();
+    let args = pod_args(("default", "t", &uid), "c-thin");
+    for op in ["add", "del"] {
+        let out = from_conf_dir(c, net_d, op, &ns, &args, "{}");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    c.assert_node_clean("after the runtime's DEL");
+    // A plugin whose configuration names the socket all the same: refused there (503), it runs
+    // each call itself.
+    let mut named = c.config.clone();
+    named["plumbDaemonSocket"] = json!(socket);
+    let netns = ns.path().display().to_string();
+    for command in ["ADD", "DEL"] {
+        let out = crate::common::run(&CniCall {
+            command,
+            container_id: "c-thin",
+            netns: &netns,
+            ifname: "eth0",
+            args: &args,
+            config: &named,
+        });
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{command}: {said}");
+        assert!(!forwarded(&out), "{command}: {said}");
+        assert!(
+            said.contains("serves no calls (--files-only)"),
+            "{command}: {said}"
+        );
+        if command == "ADD" {
+            assert_eq!(ns.links().len(), 3, "lo, eth0 and net1");
+        }
+    }
+    assert_eq!(ns.links(), ["lo"]);
+    c.assert_node_clean("after the plugin's DEL");
+    drop(daemon);
+    // A template that names a socket contradicts --files-only: the daemon does not start.
+    let template = c.node.path("with-socket.json");
+    fs::write(
+        &template,
+        json!({"plumbDaemonSocket": "/run/plumb/plumb.sock"}).to_string(),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_plumb"))
+        .args(["daemon", "--files-only", "--socket"])
+        .arg(c.node.path("other.sock"))
+        .arg("--write-config")
+        .arg(&template)
+        .arg("--cni-conf-dir")
+        .arg(net_d)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("plumbDaemonSocket"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
