@@ -453,17 +453,30 @@ impl KubeApi {
             self.shared.cut_connections();
         } else if listener.is_none() {
             drop(listener);
-            let reserved = lock(&self.reserved).take();
-            let listening = match reserved {
-                Some(socket) => {
-                    let _in = self.runtime.enter();
-                    socket.listen(1024).and_then(|l| l.into_std())
+            let mut reserved = lock(&self.reserved).take();
+            // The old listening socket may not be closed yet on a loaded machine (its task is
+            // aborted, not joined, when the wait above times out): wait for the port, not for
+            // a time.
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            let socket = loop {
+                let listening = match reserved.take() {
+                    Some(socket) => {
+                        let _in = self.runtime.enter();
+                        socket.listen(1024).and_then(|l| l.into_std())
+                    }
+                    None => TcpListener::bind(self.shared.addr),
+                };
+                match listening {
+                    Ok(socket) => break socket,
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::AddrInUse
+                            && std::time::Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(e) => panic!("rebind {} after set_down(false): {e}", self.shared.addr),
                 }
-                None => TcpListener::bind(self.shared.addr),
             };
-            let socket = listening.unwrap_or_else(|e| {
-                panic!("rebind {} after set_down(false): {e}", self.shared.addr)
-            });
             self.serve(socket);
         }
     }
