@@ -144,10 +144,14 @@ fn resource(shared: &Arc<Shared>, route: Route, call: &Call<'_>) -> Result<Reply
         Route::Collection { res, ns } => match call.method {
             "GET" if call.flag("watch") => watch::start(shared, res, ns, call).map(Reply::stream),
             "GET" => list(shared, res, ns.as_deref(), call),
+            // A cluster-scoped collection is where its objects are created (namespace `""`);
+            // the all-namespaces collection of a namespaced resource is only read.
             "POST" => match ns {
                 Some(ns) => writes::create(shared, res, &ns, call),
+                None if !res.is_namespaced() => writes::create(shared, res, "", call),
                 None => Err(ApiError::method_not_allowed()),
             },
+            // Namespaces have no deletecollection verb, as on the API server.
             "DELETE" => match ns {
                 Some(ns) => writes::delete_collection(shared, res, &ns, call),
                 None => Err(ApiError::method_not_allowed()),
@@ -194,9 +198,11 @@ fn get(
 }
 
 /// The field selectors the API server supports (pods: `pod.ToSelectableFields`; events:
-/// `event.ToSelectableFields`; custom resources without `selectableFields`: name and namespace).
+/// `event.ToSelectableFields`; namespaces: `NamespaceToSelectableFields`, less its legacy
+/// `name`; custom resources without `selectableFields`: name and namespace). Cluster-scoped
+/// objects have no `metadata.namespace` to select on.
 fn supported_field(res: Resource, field: &str) -> bool {
-    if matches!(field, "metadata.name" | "metadata.namespace") {
+    if field == "metadata.name" || (field == "metadata.namespace" && res.is_namespaced()) {
         return true;
     }
     match res {
@@ -220,6 +226,7 @@ fn supported_field(res: Resource, field: &str) -> bool {
             field.starts_with("regarding.")
                 || matches!(field, "reason" | "reportingController" | "type")
         }
+        Resource::Namespaces => field == "status.phase",
         Resource::NetworkAttachmentDefinitions | Resource::IpamClaims => false,
     }
 }

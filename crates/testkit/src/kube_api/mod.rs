@@ -1,13 +1,15 @@
 //! A Kubernetes API server stand-in for tests: the real REST shapes of the objects plumb uses
-//! (pods, events core/v1 and events.k8s.io/v1, NetworkAttachmentDefinitions, IPAMClaims) over
-//! HTTP or HTTPS, reached through kube-rs and a kubeconfig exactly as a real cluster is
-//! ([`KubeApi`]). No API server can be installed on the build machines, so this is the one
-//! sanctioned stand-in (docs/architecture.md, "How it is tested"); what is simpler than the real
-//! server is listed in `crates/testkit/KUBE_API.md`.
+//! (pods, events core/v1 and events.k8s.io/v1, NetworkAttachmentDefinitions, IPAMClaims,
+//! namespaces) over HTTP or HTTPS, reached through kube-rs and a kubeconfig exactly as a real
+//! cluster is ([`KubeApi`]). No API server can be installed on the build machines, so this is
+//! the one sanctioned stand-in (docs/architecture.md, "How it is tested"); what is simpler than
+//! the real server is listed in `crates/testkit/KUBE_API.md`.
 
 mod faults;
 mod handlers;
 mod kubeconfig;
+#[cfg(test)]
+mod namespace_tests;
 mod patch;
 mod resources;
 mod selector;
@@ -316,17 +318,21 @@ impl KubeApi {
 
     /// Stores an object as a controller or `kubectl apply` would have left it, without going
     /// through HTTP (not logged, no faults). The namespace is `metadata.namespace` or
-    /// `default`. A new object gets a uid and creationTimestamp unless it has them; a
+    /// `default`; a cluster-scoped object (a Namespace) has none, and is read and deleted with
+    /// the namespace `""`. A new object gets a uid and creationTimestamp unless it has them; a
     /// replaced one keeps its old ones unless the new object sets them. Watches see the write.
     /// Returns the stored object, with its resourceVersion.
     pub fn put(&self, res: Resource, mut obj: Value) -> Value {
         let name = store::name_of(&obj).to_owned();
         assert!(!name.is_empty(), "KubeApi::put needs metadata.name");
-        let ns = obj
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("default")
-            .to_owned();
+        let ns = if res.is_namespaced() {
+            obj.pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("default")
+                .to_owned()
+        } else {
+            String::new()
+        };
         self.shared.write(|s| {
             if let Some(old) = s.get(res, &ns, &name) {
                 let meta = store::metadata_mut(&mut obj);
@@ -342,13 +348,13 @@ impl KubeApi {
         })
     }
 
-    /// The stored object, as a GET would return it.
+    /// The stored object, as a GET would return it (`ns` is `""` for a cluster-scoped one).
     pub fn get(&self, res: Resource, ns: &str, name: &str) -> Option<Value> {
         lock(&self.shared.store).get(res, ns, name).cloned()
     }
 
     /// The stored objects of one resource, in one namespace or all, ordered by namespace and
-    /// name.
+    /// name (all of a cluster-scoped one with `None`).
     pub fn list(&self, res: Resource, ns: Option<&str>) -> Vec<Value> {
         lock(&self.shared.store)
             .list(res, ns)
@@ -357,7 +363,8 @@ impl KubeApi {
             .collect()
     }
 
-    /// Removes an object at once (finalizers ignored); watches see `DELETED`. Returns it.
+    /// Removes an object at once (finalizers ignored); watches see `DELETED`. Returns it. `ns`
+    /// is `""` for a cluster-scoped object.
     pub fn delete(&self, res: Resource, ns: &str, name: &str) -> Option<Value> {
         self.shared.write(|s| s.delete(res, ns, name))
     }

@@ -1,5 +1,7 @@
 //! The resources the stand-in serves, and how a request path maps onto them. Paths are exactly
-//! the API server's: `/api/v1/…` for the core group, `/apis/{group}/{version}/…` for the others.
+//! the API server's: `/api/v1/…` for the core group, `/apis/{group}/{version}/…` for the others;
+//! namespaced objects under `…/namespaces/{ns}/{plural}`, cluster-scoped ones (namespaces) under
+//! `…/{plural}/{name}`.
 
 /// A kind of object the stand-in stores.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -15,6 +17,9 @@ pub enum Resource {
     NetworkAttachmentDefinitions,
     /// k8s.cni.cncf.io/v1alpha1 `ipamclaims` (with the `status` subresource).
     IpamClaims,
+    /// core/v1 `namespaces`, the one cluster-scoped resource: stored with the namespace `""` and
+    /// no `metadata.namespace`. No `status` or `finalize` subresource.
+    Namespaces,
 }
 
 struct Def {
@@ -27,6 +32,8 @@ struct Def {
     status_subresource: bool,
     /// Built-in types take strategic merge patch; custom resources do not.
     builtin: bool,
+    /// `false`: cluster-scoped, served at `…/{plural}[/{name}]` only.
+    namespaced: bool,
 }
 
 const PODS: Def = Def {
@@ -38,6 +45,7 @@ const PODS: Def = Def {
     short_names: &["po"],
     status_subresource: true,
     builtin: true,
+    namespaced: true,
 };
 const EVENTS: Def = Def {
     group: "",
@@ -48,6 +56,7 @@ const EVENTS: Def = Def {
     short_names: &["ev"],
     status_subresource: false,
     builtin: true,
+    namespaced: true,
 };
 const EVENTS_V1: Def = Def {
     group: "events.k8s.io",
@@ -58,6 +67,7 @@ const EVENTS_V1: Def = Def {
     short_names: &["ev"],
     status_subresource: false,
     builtin: true,
+    namespaced: true,
 };
 const NADS: Def = Def {
     group: "k8s.cni.cncf.io",
@@ -68,6 +78,7 @@ const NADS: Def = Def {
     short_names: &["net-attach-def"],
     status_subresource: false,
     builtin: false,
+    namespaced: true,
 };
 const IPAMCLAIMS: Def = Def {
     group: "k8s.cni.cncf.io",
@@ -78,6 +89,18 @@ const IPAMCLAIMS: Def = Def {
     short_names: &[],
     status_subresource: true,
     builtin: false,
+    namespaced: true,
+};
+const NAMESPACES: Def = Def {
+    group: "",
+    version: "v1",
+    plural: "namespaces",
+    singular: "namespace",
+    kind: "Namespace",
+    short_names: &["ns"],
+    status_subresource: false,
+    builtin: true,
+    namespaced: false,
 };
 
 /// The PATCH content types, in the order the API server lists them in its 415 answer.
@@ -95,9 +118,10 @@ pub(crate) const PATCH_TYPES_CUSTOM: &[&str] = &[
 
 impl Resource {
     /// Every resource, in discovery order.
-    pub const ALL: [Resource; 5] = [
+    pub const ALL: [Resource; 6] = [
         Resource::Pods,
         Resource::Events,
+        Resource::Namespaces,
         Resource::EventsV1,
         Resource::NetworkAttachmentDefinitions,
         Resource::IpamClaims,
@@ -110,6 +134,7 @@ impl Resource {
             Resource::EventsV1 => &EVENTS_V1,
             Resource::NetworkAttachmentDefinitions => &NADS,
             Resource::IpamClaims => &IPAMCLAIMS,
+            Resource::Namespaces => &NAMESPACES,
         }
     }
 
@@ -149,6 +174,11 @@ impl Resource {
         }
     }
 
+    /// `false` for cluster-scoped resources, whose objects have no `metadata.namespace`.
+    pub fn is_namespaced(self) -> bool {
+        self.def().namespaced
+    }
+
     pub(crate) fn has_status(self) -> bool {
         self.def().status_subresource
     }
@@ -182,7 +212,7 @@ impl Resource {
             resources.push(serde_json::json!({
                 "name": d.plural,
                 "singularName": d.singular,
-                "namespaced": true,
+                "namespaced": d.namespaced,
                 "kind": d.kind,
                 "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
                 "shortNames": d.short_names,
@@ -191,7 +221,7 @@ impl Resource {
                 resources.push(serde_json::json!({
                     "name": format!("{}/status", d.plural),
                     "singularName": "",
-                    "namespaced": true,
+                    "namespaced": d.namespaced,
                     "kind": d.kind,
                     "verbs": ["get", "patch", "update"],
                 }));
@@ -256,12 +286,14 @@ pub(crate) enum Route {
     Group(String),
     /// `/api/v1`, `/apis/{group}/{version}`
     GroupVersion(String, String),
-    /// `…/{plural}` (all namespaces) or `…/namespaces/{ns}/{plural}`
+    /// `…/{plural}` (all namespaces, or a cluster-scoped collection) or
+    /// `…/namespaces/{ns}/{plural}`
     Collection {
         res: Resource,
         ns: Option<String>,
     },
-    /// `…/namespaces/{ns}/{plural}/{name}[/status]`
+    /// `…/namespaces/{ns}/{plural}/{name}[/status]`, or `…/{plural}/{name}[/status]` for a
+    /// cluster-scoped resource (`ns` empty)
     Object {
         res: Resource,
         ns: String,
@@ -312,10 +344,14 @@ impl Route {
         }
     }
 
+    /// A namespaced resource is served only under `namespaces/{ns}/` (apart from its
+    /// all-namespaces collection), a cluster-scoped one never is.
     fn resource_path(group: &str, version: &str, rest: &[&str]) -> Route {
-        let lookup = |plural: &str| Resource::lookup(group, version, plural);
-        let object = |res, ns: &str, name: &str, status| {
-            if ns.is_empty() || name.is_empty() {
+        let lookup = |plural: &str, namespaced: bool| {
+            Resource::lookup(group, version, plural).filter(|r| r.is_namespaced() == namespaced)
+        };
+        let object = |res: Resource, ns: &str, name: &str, status| {
+            if (ns.is_empty() && res.is_namespaced()) || name.is_empty() {
                 return Route::NotFound;
             }
             Route::Object {
@@ -326,22 +362,30 @@ impl Route {
             }
         };
         match rest {
-            [plural] => match lookup(plural) {
+            [plural] => match Resource::lookup(group, version, plural) {
                 Some(res) => Route::Collection { res, ns: None },
                 None => Route::NotFound,
             },
-            ["namespaces", ns, plural] if !ns.is_empty() => match lookup(plural) {
+            [plural, name] => match lookup(plural, false) {
+                Some(res) => object(res, "", name, false),
+                None => Route::NotFound,
+            },
+            [plural, name, "status"] => match lookup(plural, false) {
+                Some(res) if res.has_status() => object(res, "", name, true),
+                _ => Route::NotFound,
+            },
+            ["namespaces", ns, plural] if !ns.is_empty() => match lookup(plural, true) {
                 Some(res) => Route::Collection {
                     res,
                     ns: Some((*ns).to_owned()),
                 },
                 None => Route::NotFound,
             },
-            ["namespaces", ns, plural, name] => match lookup(plural) {
+            ["namespaces", ns, plural, name] => match lookup(plural, true) {
                 Some(res) => object(res, ns, name, false),
                 None => Route::NotFound,
             },
-            ["namespaces", ns, plural, name, "status"] => match lookup(plural) {
+            ["namespaces", ns, plural, name, "status"] => match lookup(plural, true) {
                 Some(res) if res.has_status() => object(res, ns, name, true),
                 _ => Route::NotFound,
             },
@@ -413,6 +457,62 @@ mod tests {
     }
 
     #[test]
+    fn namespaces_are_served_cluster_scoped() {
+        assert_eq!(
+            Route::parse("/api/v1/namespaces"),
+            Route::Collection {
+                res: Resource::Namespaces,
+                ns: None
+            }
+        );
+        assert_eq!(
+            Route::parse("/api/v1/namespaces/team-a"),
+            Route::Object {
+                res: Resource::Namespaces,
+                ns: String::new(),
+                name: "team-a".into(),
+                status: false
+            }
+        );
+        // Namespaced resources are still reached through their namespace, and only there.
+        assert_eq!(
+            Route::parse("/api/v1/namespaces/team-a/pods"),
+            Route::Collection {
+                res: Resource::Pods,
+                ns: Some("team-a".into())
+            }
+        );
+        assert_eq!(
+            Route::parse("/api/v1/namespaces/team-a/pods/p"),
+            Route::Object {
+                res: Resource::Pods,
+                ns: "team-a".into(),
+                name: "p".into(),
+                status: false
+            }
+        );
+        assert_eq!(Route::parse("/api/v1/pods/p"), Route::NotFound);
+        assert_eq!(
+            Route::parse("/apis/k8s.cni.cncf.io/v1alpha1/namespaces/ipamclaims"),
+            Route::NotFound
+        );
+        // No namespace inside a namespace, no status subresource, no other group's namespaces.
+        for path in [
+            "/api/v1/namespaces/x/namespaces",
+            "/api/v1/namespaces/x/namespaces/team-a",
+            "/api/v1/namespaces/team-a/status",
+            "/api/v1/namespaces/team-a/finalize",
+            "/apis/k8s.cni.cncf.io/v1/namespaces/team-a",
+        ] {
+            assert_eq!(Route::parse(path), Route::NotFound, "{path}");
+        }
+        assert!(!Resource::Namespaces.is_namespaced());
+        assert!(Resource::Pods.is_namespaced());
+        assert_eq!(Resource::Namespaces.api_version(), "v1");
+        assert_eq!(Resource::Namespaces.group_resource(), "namespaces");
+    }
+
+    #[test]
     fn discovery_lists_status_subresources() {
         let core = Resource::discovery("", "v1").unwrap();
         let names: Vec<&str> = core["resources"]
@@ -421,7 +521,14 @@ mod tests {
             .iter()
             .map(|r| r["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["pods", "pods/status", "events"]);
+        assert_eq!(names, ["pods", "pods/status", "events", "namespaces"]);
+        let scoped: Vec<bool> = core["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["namespaced"].as_bool().unwrap())
+            .collect();
+        assert_eq!(scoped, [true, true, true, false]);
         let groups = Resource::groups();
         assert_eq!(groups["groups"][0]["name"], "events.k8s.io");
         assert_eq!(groups["groups"][1]["versions"].as_array().unwrap().len(), 2);

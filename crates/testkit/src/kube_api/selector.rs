@@ -184,6 +184,21 @@ mod tests {
     }
 
     #[test]
+    fn prefixed_label_keys() {
+        let ns = json!({"metadata": {"name": "team-a",
+            "labels": {"plumb.example/dynamic": "true", "kubernetes.io/metadata.name": "team-a"}}});
+        let m = |s: &str| Selector::parse(Some(s), None).unwrap().matches(&ns);
+        assert!(m("plumb.example/dynamic=true"));
+        assert!(m("plumb.example/dynamic in (true,yes)"));
+        assert!(m(
+            "plumb.example/dynamic,kubernetes.io/metadata.name=team-a"
+        ));
+        assert!(!m("plumb.example/dynamic=false"));
+        assert!(!m("plumb.example/dynamic in (false, no)"));
+        assert!(!m("plumb.example/other"));
+    }
+
+    #[test]
     fn field_selectors() {
         let pod = json!({"metadata": {"name": "a", "namespace": "ns"}, "spec": {"nodeName": "n1"}});
         let m = |s: &str| Selector::parse(None, Some(s)).unwrap().matches(&pod);

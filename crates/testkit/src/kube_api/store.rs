@@ -70,15 +70,20 @@ impl Store {
             .collect()
     }
 
-    /// Stores `obj` (new or replacing), stamping resourceVersion, kind, apiVersion, namespace and,
-    /// for a new object, uid and creationTimestamp when missing. Returns the stored object.
+    /// Stores `obj` (new or replacing), stamping resourceVersion, kind, apiVersion, namespace (none
+    /// for a cluster-scoped resource, whose `ns` is `""`) and, for a new object, uid and
+    /// creationTimestamp when missing. Returns the stored object.
     pub(crate) fn write(&mut self, res: Resource, ns: &str, mut obj: Value) -> Value {
         self.rv += 1;
         let key = (res, ns.to_owned(), name_of(&obj).to_owned());
         let old = self.objects.get(&key).cloned();
         set_type_meta(&mut obj, res);
         let meta = metadata_mut(&mut obj);
-        meta.insert("namespace".into(), Value::String(ns.to_owned()));
+        if res.is_namespaced() {
+            meta.insert("namespace".into(), Value::String(ns.to_owned()));
+        } else {
+            meta.remove("namespace");
+        }
         meta.insert("resourceVersion".into(), Value::String(self.rv.to_string()));
         if old.is_none() {
             if !meta.get("uid").is_some_and(Value::is_string) {
@@ -293,5 +298,24 @@ mod tests {
         s.compact();
         assert_eq!(s.changes_since(2).unwrap_err(), 3);
         assert!(s.changes_since(3).unwrap().is_empty());
+    }
+
+    #[test]
+    fn cluster_scoped_objects_have_no_namespace() {
+        let mut s = Store::default();
+        let pod = s.write(Resource::Pods, "ns", json!({"metadata": {"name": "a"}}));
+        assert_eq!(pod["metadata"]["namespace"], "ns");
+        let team = s.write(
+            Resource::Namespaces,
+            "",
+            json!({"metadata": {"name": "team-a", "namespace": "stray"}}),
+        );
+        assert_eq!(team["kind"], "Namespace");
+        assert!(team["metadata"].get("namespace").is_none(), "{team}");
+        assert_eq!(s.get(Resource::Namespaces, "", "team-a"), Some(&team));
+        assert_eq!(s.list(Resource::Namespaces, None), [&team]);
+        assert_eq!(s.changes_since(1).unwrap()[0].ns, "");
+        assert!(s.delete(Resource::Namespaces, "", "team-a").is_some());
+        assert!(s.list(Resource::Namespaces, None).is_empty());
     }
 }

@@ -349,6 +349,51 @@ mod tests {
     }
 
     #[test]
+    fn cluster_scoped_watches_see_selector_transitions_too() {
+        let s = Spec {
+            res: Resource::Namespaces,
+            ns: None,
+            selector: Selector::parse(Some("plumb.example/dynamic=true"), None).unwrap(),
+            metadata_only: false,
+            bookmarks: true,
+        };
+        let ns = |dynamic: &str| {
+            let labels = json!({"plumb.example/dynamic": dynamic});
+            json!({"metadata": {"name": "team-a", "labels": labels}})
+        };
+        let change = |kind, old: Option<&str>, new: &str| Change {
+            rv: 2,
+            res: Resource::Namespaces,
+            ns: String::new(),
+            kind,
+            object: ns(new),
+            old: old.map(ns),
+        };
+        let seen = |c: Change| kind_of(s.event_for(&c));
+        assert_eq!(
+            seen(change(ChangeType::Modified, Some("false"), "true")).as_deref(),
+            Some("ADDED")
+        );
+        assert_eq!(
+            seen(change(ChangeType::Modified, Some("true"), "false")).as_deref(),
+            Some("DELETED")
+        );
+        assert_eq!(seen(change(ChangeType::Added, None, "false")), None);
+        // Another resource's change in the same (empty) namespace is not this watch's.
+        let mut pod = change(ChangeType::Added, None, "true");
+        pod.res = Resource::Pods;
+        assert_eq!(seen(pod), None);
+        let bookmark: Value = serde_json::from_slice(&s.bookmark(7, false)).unwrap();
+        assert_eq!(
+            (
+                &bookmark["object"]["kind"],
+                &bookmark["object"]["apiVersion"]
+            ),
+            (&json!("Namespace"), &json!("v1"))
+        );
+    }
+
+    #[test]
     fn expired_is_an_error_event_with_a_410_status() {
         let v: Value = serde_json::from_slice(&expired(3, 7)).unwrap();
         assert_eq!(v["type"], "ERROR");

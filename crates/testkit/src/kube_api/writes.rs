@@ -96,6 +96,9 @@ fn valid_name(name: &str) -> bool {
 }
 
 fn check_name(res: Resource, name: &str) -> Result<(), ApiError> {
+    if res == Resource::Namespaces {
+        return check_label_name(res, name);
+    }
     if valid_name(name) {
         return Ok(());
     }
@@ -114,10 +117,65 @@ fn check_name(res: Resource, name: &str) -> Result<(), ApiError> {
     ))
 }
 
+/// Namespace names are DNS labels (`ValidateNamespaceName`, `IsDNS1123Label`): one cause per
+/// rule broken, as the API server lists them.
+fn check_label_name(res: Resource, name: &str) -> Result<(), ApiError> {
+    let label = |l: &str| {
+        !l.is_empty()
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    let mut messages = Vec::new();
+    if name.len() > 63 {
+        messages.push("must be no more than 63 characters".to_owned());
+    }
+    if !label(name) {
+        messages.push(if name.split('.').all(label) {
+            "must not contain dots".to_owned()
+        } else {
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or \
+             '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or \
+             '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+                .to_owned()
+        });
+    }
+    if messages.is_empty() {
+        return Ok(());
+    }
+    let causes = messages
+        .into_iter()
+        .map(|m| Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: {}: {m}", quote(name)),
+            field: "metadata.name".into(),
+        })
+        .collect();
+    Err(ApiError::invalid(res.kind(), res.group(), name, causes))
+}
+
 /// Pods (since `PodObservedGenerationTracking`) and custom resources count changes outside
-/// metadata and status in `metadata.generation`; events do not.
+/// metadata and status in `metadata.generation`; events and namespaces do not.
 fn tracks_generation(res: Resource) -> bool {
-    !matches!(res, Resource::Events | Resource::EventsV1)
+    !matches!(
+        res,
+        Resource::Events | Resource::EventsV1 | Resource::Namespaces
+    )
+}
+
+/// The label every namespace carries (`SetDefaults_Namespace`, set on each write), so that a
+/// selector can name one namespace.
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+fn default_namespace_label(obj: &mut Value) {
+    let name = name_of(obj).to_owned();
+    let meta = metadata_mut(obj);
+    let labels = meta.entry("labels").or_insert_with(|| json!({}));
+    if !labels.is_object() {
+        *labels = json!({});
+    }
+    labels[NAMESPACE_NAME_LABEL] = json!(name);
 }
 
 fn meta_str<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
@@ -129,7 +187,8 @@ fn meta_str<'v>(obj: &'v Value, field: &str) -> Option<&'v str> {
 
 /// What a new object gets before it is stored (`rest.BeforeCreate` and the strategies'
 /// `PrepareForCreate`): the system fields are the server's, the status of a resource with a
-/// status subresource is not the client's to set.
+/// status subresource is not the client's to set. A cluster-scoped object loses any namespace
+/// the body names.
 fn prepare_create(
     res: Resource,
     ns: &str,
@@ -138,6 +197,7 @@ fn prepare_create(
 ) -> Result<Value, ApiError> {
     if let Some(body_ns) = meta_str(&obj, "namespace")
         && body_ns != ns
+        && res.is_namespaced()
     {
         return Err(ApiError::bad_request(
             "the namespace of the provided object does not match the namespace sent on the request",
@@ -183,7 +243,11 @@ fn prepare_create(
         ));
     }
     meta.insert("name".into(), json!(name));
-    meta.insert("namespace".into(), json!(ns));
+    if res.is_namespaced() {
+        meta.insert("namespace".into(), json!(ns));
+    } else {
+        meta.remove("namespace");
+    }
     for field in [
         "uid",
         "creationTimestamp",
@@ -197,10 +261,28 @@ fn prepare_create(
     if tracks_generation(res) {
         meta.insert("generation".into(), json!(1));
     }
+    if res == Resource::Namespaces {
+        default_namespace_label(&mut obj);
+    }
     if let Value::Object(m) = &mut obj {
         match res {
             Resource::Pods => {
                 m.insert("status".into(), json!({"phase": "Pending"}));
+            }
+            // The namespace strategy: active, and held by the `kubernetes` finalizer (which
+            // the stand-in's deletes do not wait for).
+            Resource::Namespaces => {
+                m.insert("status".into(), json!({"phase": "Active"}));
+                let spec = m.entry("spec").or_insert_with(|| json!({}));
+                if !spec.is_object() {
+                    *spec = json!({});
+                }
+                let finalizers = &mut spec["finalizers"];
+                match finalizers.as_array_mut() {
+                    Some(f) if f.contains(&json!("kubernetes")) => {}
+                    Some(f) => f.push(json!("kubernetes")),
+                    None => *finalizers = json!(["kubernetes"]),
+                }
             }
             _ if res.has_status() => {
                 m.remove("status");
@@ -298,9 +380,11 @@ fn prepare_update(
             };
         }
     } else if let (Value::Object(n), Value::Object(o)) = (&mut new, old) {
+        // Namespaces keep their status too (`namespaceStrategy.PrepareForUpdate`), though the
+        // stand-in serves no `namespaces/status` to change it: `KubeApi::put` does.
         let carried: &[&str] = if status {
             &["spec"]
-        } else if res.has_status() {
+        } else if res.has_status() || res == Resource::Namespaces {
             &["status"]
         } else {
             &[]
@@ -339,6 +423,9 @@ fn prepare_update(
     }
     meta.remove("managedFields");
     store::set_type_meta(&mut new, res);
+    if res == Resource::Namespaces {
+        default_namespace_label(&mut new);
+    }
     if tracks_generation(res) && generation_part(res, &new) != generation_part(res, old) {
         let generation = old
             .pointer("/metadata/generation")
@@ -384,6 +471,7 @@ pub(crate) fn update(
     }
     if let Some(body_ns) = meta_str(&obj, "namespace")
         && body_ns != ns
+        && res.is_namespaced()
     {
         return Err(ApiError::bad_request(
             "the namespace of the provided object does not match the namespace sent on the request",
@@ -611,9 +699,9 @@ pub(crate) fn delete(
         let old = store.get(res, ns, name).cloned().ok_or_else(|| ApiError::not_found(res, name))?;
         check_preconditions(res, name, &old, &opts)?;
         let (obj, gone) = delete_one(store, res, ns, &old, dry_run);
-        // The pod strategy returns the deleted object; the others answer a success Status
-        // once the object is gone.
-        if gone && res != Resource::Pods {
+        // The pod and namespace strategies return the deleted object; the others answer a
+        // success Status once the object is gone.
+        if gone && !matches!(res, Resource::Pods | Resource::Namespaces) {
             let mut details = json!({"name": name, "group": res.group(), "kind": res.plural(), "uid": meta_str(&old, "uid").unwrap_or("")});
             if res.group().is_empty()
                 && let Value::Object(d) = &mut details
@@ -674,6 +762,56 @@ mod tests {
         for bad in ["", "A", "-a", "a-", "a..b", "a_b", ".a", &"a".repeat(254)] {
             assert!(!valid_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn namespace_names_are_dns_labels() {
+        assert!(check_name(Resource::Namespaces, "team-a").is_ok());
+        let causes = |name: &str| -> Vec<String> {
+            let err = check_name(Resource::Namespaces, name).unwrap_err();
+            assert_eq!(err.code, 422);
+            err.details
+                .unwrap()
+                .causes
+                .into_iter()
+                .map(|c| c.message)
+                .collect()
+        };
+        assert_eq!(
+            causes("a.b"),
+            ["Invalid value: \"a.b\": must not contain dots"]
+        );
+        assert_eq!(causes(&"a".repeat(64)).len(), 1);
+        assert!(causes("Team")[0].contains("RFC 1123 label"));
+        // Other resources keep subdomain names.
+        assert!(check_name(Resource::Pods, "a.b").is_ok());
+    }
+
+    #[test]
+    fn a_created_namespace_is_active_unnamespaced_and_labelled() {
+        let body = json!({"metadata": {"name": "team-a", "namespace": "stray",
+            "labels": {"plumb.example/dynamic": "true"}}, "spec": {"finalizers": ["x"]}});
+        let ns = prepare_create(Resource::Namespaces, "", None, body).unwrap();
+        assert!(ns["metadata"].get("namespace").is_none(), "{ns}");
+        assert!(ns["metadata"].get("generation").is_none(), "{ns}");
+        assert_eq!(
+            ns["metadata"]["labels"],
+            json!({"plumb.example/dynamic": "true", "kubernetes.io/metadata.name": "team-a"})
+        );
+        assert_eq!(ns["spec"]["finalizers"], json!(["x", "kubernetes"]));
+        assert_eq!(ns["status"], json!({"phase": "Active"}));
+
+        // An update may change labels, not the status or the name label.
+        let mut new = ns.clone();
+        new["metadata"]["labels"] = json!({"plumb.example/dynamic": "false"});
+        new["status"] = json!({"phase": "Terminating"});
+        let updated = prepare_update(Resource::Namespaces, false, &ns, new).unwrap();
+        assert_eq!(
+            updated["metadata"]["labels"],
+            json!({"plumb.example/dynamic": "false", "kubernetes.io/metadata.name": "team-a"})
+        );
+        assert_eq!(updated["status"], ns["status"]);
+        assert!(updated["metadata"].get("namespace").is_none());
     }
 
     #[test]
