@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::devices::{device_info_path, prepare_device_info_file};
 use crate::plan::{Attachment, Pod};
 use crate::pod_args::NETWORKS_ARG;
-use crate::record::{RECORD_VERSION, Record, RecordStore, RecordedAttachment};
+use crate::record::{ChangeBasis, RECORD_VERSION, Record, RecordStore, RecordedAttachment};
 use crate::routes::DefaultRoutes;
 
 /// The sandbox a CNI call is about.
@@ -31,6 +31,8 @@ pub struct Sandbox {
     pub cni_args: Vec<(String, String)>,
     /// Attached by `plumb attach`, not by a runtime (see [`Record::standalone`]).
     pub standalone: bool,
+    /// What ADD records for a later change of the pod's attachments ([`Record::for_changes`]).
+    pub for_changes: Option<ChangeBasis>,
 }
 
 /// One attachment that ADD completed.
@@ -372,6 +374,7 @@ impl Executor<'_> {
             cni_args: sandbox.cni_args.clone(),
             attachments: self.recorded(&sandbox.container_id, attachments),
             standalone: sandbox.standalone,
+            for_changes: sandbox.for_changes.clone(),
         };
         let pending =
             PendingRecord::hand_to_first_delegate(&*self.cni.exec, self.records.stage(&record)?)?;
@@ -575,6 +578,7 @@ impl Executor<'_> {
             cni_args: sandbox.cni_args.clone(),
             attachments: Vec::new(),
             standalone: sandbox.standalone,
+            for_changes: None,
         })
     }
 
@@ -651,6 +655,7 @@ impl Executor<'_> {
                 .map(|a| recorded(a, &sandbox.container_id, self.device_info))
                 .collect(),
             standalone: sandbox.standalone,
+            for_changes: None,
         };
         let without_device =
             |i: usize| runnable[i].resource.is_some() && runnable[i].device.is_none();

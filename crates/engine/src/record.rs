@@ -226,6 +226,29 @@ pub struct Record {
     /// removes it). Written only when true, so records of the runtime's look as before.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub standalone: bool,
+    /// What a change of the pod's attachments needs (dynamic attachments), recorded by the
+    /// ADD of a pod from Kubernetes. Absent in records of plumb before 2026-12-06 and of
+    /// sandboxes without a pod: their attachments are not changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_changes: Option<ChangeBasis>,
+}
+
+/// What the ADD of a sandbox was given and found, so that a later change of its pod's
+/// networks annotation runs its delegates as that ADD would have.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeBasis {
+    /// The pod's `k8s.v1.cni.cncf.io/networks` annotation the recorded attachments follow
+    /// (empty: none): a pod whose annotation is this has nothing to change.
+    pub selection: String,
+    /// The inode of the sandbox's network namespace at ADD: a path that names another
+    /// namespace now (the sandbox gone, its path reused) is not acted on.
+    pub netns_inode: u64,
+    /// The network configuration the runtime gave plumb (its `runtimeConfig` included).
+    pub config: Value,
+    /// `CNI_PATH`.
+    #[serde(default)]
+    pub cni_path: Vec<PathBuf>,
 }
 
 /// The directory of records.
@@ -425,6 +448,7 @@ mod tests {
                 device_info_file: None,
             }],
             standalone: false,
+            for_changes: None,
         }
     }
 

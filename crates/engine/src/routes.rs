@@ -431,6 +431,12 @@ pub fn default_routes(netns: &Path) -> Result<Vec<DefaultRoute>, RouteError> {
     Ok(out)
 }
 
+/// The names of the interfaces in the netns.
+pub fn interface_names(netns: &Path) -> Result<Vec<String>, RouteError> {
+    let mut nl = Netlink::open(netns)?;
+    Ok(nl.link_names()?.into_iter().map(|(_, name)| name).collect())
+}
+
 /// Whether `route` is a unicast default route of the main table. The destination prefix length
 /// decides, not the destination attribute: the kernel may send none (the default route's "nil"
 /// destination) or `0.0.0.0`/`::` with length 0, and both are the default route. Multus's
@@ -917,6 +923,10 @@ pub trait DefaultRoutes {
         ifname: &str,
         gateways: &[IpAddr],
     ) -> Result<(), CniError>;
+
+    /// The names of the interfaces in the network namespace (a change of a running pod's
+    /// attachments names new ones apart from them).
+    fn interfaces(&self, netns: &Path) -> Result<Vec<String>, CniError>;
 }
 
 /// Default routes changed through netlink in the pod's namespace ([`crate::routes`]).
@@ -930,6 +940,10 @@ impl DefaultRoutes for NetlinkRoutes {
         gateways: &[IpAddr],
     ) -> Result<(), CniError> {
         set_default_route(netns, ifname, gateways).map_err(CniError::from)
+    }
+
+    fn interfaces(&self, netns: &Path) -> Result<Vec<String>, CniError> {
+        interface_names(netns).map_err(CniError::from)
     }
 }
 

@@ -3,10 +3,16 @@
 //! it selects (§4.1.2.1.4) without asking the API server. [`Caches`] is what calls read, with
 //! hits and misses counted; `watch` keeps the stores current on a thread of its own; `objects`
 //! is what a cached object keeps. A cache not synced yet answers nothing: calls then GET.
+//! With dynamic attachments the namespaces opted in are watched too, and what changed of the
+//! pods' networks annotations is handed to the daemon's changes ([`Caches::wait_for_changes`]).
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
 
 use kube::runtime::reflector::{ObjectRef, Store, store};
 use netattach::{NetworkAttachmentDefinition, NetworkRef};
@@ -56,6 +62,18 @@ pub struct Scope {
     pub node: Option<String>,
     /// The namespaces whose NADs are kept; empty: all.
     pub nad_namespaces: Vec<String>,
+    /// The label selector of the namespaces whose pods' attachments follow their annotation
+    /// (dynamic attachments); `None`: no namespace is watched, no change is handed on.
+    pub dynamic_namespaces: Option<String>,
+}
+
+/// What changed that the daemon's dynamic attachments look at.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Every pod is to be looked at: a store was (re)listed, or a namespace's labels changed.
+    pub all: bool,
+    /// The pods (`namespace`, `name`) whose networks annotation changed.
+    pub pods: BTreeSet<(String, String)>,
 }
 
 /// The pods and NADs, as the watches last saw them.
@@ -67,6 +85,10 @@ pub struct Caches {
     nads: Vec<(Option<String>, Kept<CachedNad>)>,
     /// Whether the Node named by `scope.node` exists: `None` until the API server said.
     node_found: Mutex<Option<bool>>,
+    /// The namespaces `scope.dynamic_namespaces` selects, when it is given.
+    namespaces: Option<Kept<Namespace>>,
+    /// What changed since the daemon last took it, and its wake-up.
+    changes: (Mutex<Changes>, Condvar),
 }
 
 /// One store and what is counted of it.
@@ -127,6 +149,9 @@ pub struct Report {
     /// The NADs' stores added up; `nad_namespaces` empty: all namespaces.
     pub nads: KeptReport,
     pub nad_namespaces: Vec<String>,
+    /// The namespaces opted in to dynamic attachments, when they are watched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dynamic_namespaces: Option<KeptReport>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -158,18 +183,86 @@ impl Caches {
             nads.push((ns.clone(), Kept::new(reader)));
             nad_writers.push((ns, writer));
         }
+        let (namespaces, namespaces_writer) = match scope.dynamic_namespaces {
+            Some(_) => {
+                let (reader, writer) = store::<Namespace>();
+                (Some(Kept::new(reader)), Some(writer))
+            }
+            None => (None, None),
+        };
         let caches = Arc::new(Caches {
             source,
             scope,
             pods: Kept::new(pods),
             nads,
             node_found: Mutex::new(None),
+            namespaces,
+            changes: Default::default(),
         });
         let watched = Arc::clone(&caches);
+        let writers = watch::Writers {
+            pods: pods_writer,
+            nads: nad_writers,
+            namespaces: namespaces_writer,
+        };
         std::thread::Builder::new()
             .name("plumb-caches".into())
-            .spawn(move || watch::run(watched, pods_writer, nad_writers, say))?;
+            .spawn(move || watch::run(watched, writers, say))?;
         Ok(caches)
+    }
+
+    /// The pod `namespace/name` as the cache holds it, when synced (for dynamic attachments:
+    /// not counted as a call's lookup).
+    pub fn cached_pod(&self, namespace: &str, name: &str) -> Option<Arc<CachedPod>> {
+        self.pods.get(namespace, name)
+    }
+
+    /// The pods the cache holds, when synced.
+    pub fn cached_pods(&self) -> Vec<Arc<CachedPod>> {
+        match self.pods.synced.load(Ordering::Acquire) {
+            true => self.pods.store.state(),
+            false => Vec::new(),
+        }
+    }
+
+    /// Whether `namespace` is opted in to dynamic attachments; `None` while the namespaces
+    /// are not known (not synced, or not watched).
+    pub fn opted_in(&self, namespace: &str) -> Option<bool> {
+        let kept = self.namespaces.as_ref()?;
+        if !kept.synced.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(kept.store.get(&ObjectRef::new(namespace)).is_some())
+    }
+
+    /// Whether both the pods and the opted-in namespaces are in: before that, a pod missing
+    /// from the cache means nothing.
+    pub fn dynamic_synced(&self) -> bool {
+        self.pods.synced.load(Ordering::Acquire)
+            && (self.namespaces.as_ref()).is_some_and(|k| k.synced.load(Ordering::Acquire))
+    }
+
+    /// What changed since the last call, waiting up to `timeout` for something to.
+    pub fn wait_for_changes(&self, timeout: Duration) -> Changes {
+        let (lock, woken) = &self.changes;
+        let mut changes = lock.lock().unwrap_or_else(|p| p.into_inner());
+        if !changes.all && changes.pods.is_empty() {
+            changes = woken
+                .wait_timeout(changes, timeout)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        std::mem::take(&mut *changes)
+    }
+
+    /// Hands a change on to [`Caches::wait_for_changes`], when changes are watched for.
+    fn note(&self, change: impl FnOnce(&mut Changes)) {
+        if self.scope.dynamic_namespaces.is_none() {
+            return;
+        }
+        let (lock, woken) = &self.changes;
+        change(&mut lock.lock().unwrap_or_else(|p| p.into_inner()));
+        woken.notify_all();
     }
 
     /// The pod `namespace/name` of the sandbox whose runtime gave `uid`, when the cache holds
@@ -221,6 +314,7 @@ impl Caches {
             pods: self.pods.report(),
             nads,
             nad_namespaces: self.scope.nad_namespaces.clone(),
+            dynamic_namespaces: self.namespaces.as_ref().map(Kept::report),
         }
     }
 }

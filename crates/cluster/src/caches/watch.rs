@@ -3,7 +3,9 @@
 //! last one seen after a break, listed again when the API server no longer has it), each backed
 //! off while the API server fails, feeding the reflector's writer. A store whose watch fails for
 //! long, or whose client the API server refuses, serves nothing until it works again. The Node
-//! is looked up beside the watches: a wrong name leaves the pod cache empty.
+//! is looked up beside the watches: a wrong name leaves the pod cache empty. With dynamic
+//! attachments, the namespaces their label selector picks are watched too, and a pod whose
+//! networks annotation changed is handed on (`Caches::note`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, reflector::Lookup};
@@ -46,13 +49,16 @@ const NODE_AGAIN_FIRST: Duration = Duration::from_secs(1);
 const NODE_AGAIN_MAX: Duration = Duration::from_secs(30);
 const NODE_SAY_AGAIN_AFTER: Duration = Duration::from_secs(600);
 
+/// The stores' writers.
+pub(super) struct Writers {
+    pub(super) pods: Writer<CachedPod>,
+    pub(super) nads: Vec<(Option<String>, Writer<CachedNad>)>,
+    /// The opted-in namespaces', with dynamic attachments.
+    pub(super) namespaces: Option<Writer<Namespace>>,
+}
+
 /// Runs the watches for ever (the daemon ends with its process).
-pub(super) fn run(
-    caches: Arc<Caches>,
-    mut pods: Writer<CachedPod>,
-    mut nads: Vec<(Option<String>, Writer<CachedNad>)>,
-    say: Say,
-) {
+pub(super) fn run(caches: Arc<Caches>, mut writers: Writers, say: Say) {
     let rt = match crate::runtime::current_thread() {
         Ok(rt) => rt,
         Err(e) => {
@@ -88,7 +94,7 @@ pub(super) fn run(
                 true => None,
                 false => Some(tokio::spawn(lookup.until_found())),
             };
-            let ended = watch(&caches, &client, &mut pods, &mut nads, &say, &|| {
+            let ended = watch(&caches, &client, &mut writers, &say, &|| {
                 sources.as_ref().is_none_or(|s| s.unchanged())
             })
             .await;
@@ -152,16 +158,28 @@ fn unsync_all(caches: &Caches) {
     for (_, k) in &caches.nads {
         k.synced.store(false, Ordering::Release);
     }
+    if let Some(k) = &caches.namespaces {
+        k.synced.store(false, Ordering::Release);
+    }
 }
 
-/// What a watch gave: an event for the pods' store, or for the NADs' store at an index.
+/// What a watch gave: an event for the pods' store, for the NADs' store at an index, or for
+/// the opted-in namespaces'.
 enum Got {
     Pod(Event<CachedPod>),
     Nad(usize, Event<CachedNad>),
+    Namespace(Event<Namespace>),
 }
 
-/// Which watch failed: the pods' (`None`) or a NAD store's.
-type Failed = (Option<usize>, watcher::Error);
+/// Which watch failed.
+#[derive(Clone, Copy)]
+enum Which {
+    Pods,
+    Nads(usize),
+    Namespaces,
+}
+
+type Failed = (Which, watcher::Error);
 
 /// The HTTP status of a watcher's error, when the API server answered one.
 fn status_of(e: &watcher::Error) -> Option<u16> {
@@ -186,11 +204,15 @@ struct Failing {
 async fn watch(
     caches: &Caches,
     client: &kube::Client,
-    pods: &mut Writer<CachedPod>,
-    nads: &mut [(Option<String>, Writer<CachedNad>)],
+    writers: &mut Writers,
     say: &Say,
     unchanged: &dyn Fn() -> bool,
 ) -> Ended {
+    let Writers {
+        pods,
+        nads,
+        namespaces: namespaces_writer,
+    } = writers;
     // Lists as the API server answers them by default (its latest state; from its watch cache
     // since Kubernetes 1.31): a list from "any" resourceVersion, cheaper for etcd, could go back
     // in time behind a lagging API server after a 410.
@@ -200,8 +222,19 @@ async fn watch(
         streams.push(
             watcher::watcher(Api::<CachedPod>::all(client.clone()), node_pods)
                 .default_backoff()
-                .map(|r| r.map(Got::Pod).map_err(|e| (None, e)))
+                .map(|r| r.map(Got::Pod).map_err(|e| (Which::Pods, e)))
                 .boxed(),
+        );
+    }
+    if let Some(selector) = &caches.scope.dynamic_namespaces {
+        streams.push(
+            watcher::watcher(
+                Api::<Namespace>::all(client.clone()),
+                watcher::Config::default().labels(selector),
+            )
+            .default_backoff()
+            .map(|r| r.map(Got::Namespace).map_err(|e| (Which::Namespaces, e)))
+            .boxed(),
         );
     }
     for (i, (ns, _)) in nads.iter().enumerate() {
@@ -212,22 +245,50 @@ async fn watch(
         streams.push(
             watcher::watcher(api, watcher::Config::default())
                 .default_backoff()
-                .map(move |r| r.map(|e| Got::Nad(i, e)).map_err(|e| (Some(i), e)))
+                .map(move |r| r.map(|e| Got::Nad(i, e)).map_err(|e| (Which::Nads(i), e)))
                 .boxed(),
         );
     }
     let mut all = futures::stream::select_all(streams);
     let mut look = tokio::time::interval_at(tokio::time::Instant::now() + LOOK_EVERY, LOOK_EVERY);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Each watch's failure: the pods' at 0, the NAD stores' after.
-    let mut failing: Vec<Option<Failing>> = vec![None; nads.len() + 1];
+    // Each watch's failure: the pods' at 0, the NAD stores' after, the namespaces' last.
+    let mut failing: Vec<Option<Failing>> = vec![None; nads.len() + 2];
+    let ns_slot = nads.len() + 1;
     let pods_of = caches.scope.node.clone().unwrap_or_default();
+    let opted_in = format!(
+        "label selector {:?}",
+        caches
+            .scope
+            .dynamic_namespaces
+            .as_deref()
+            .unwrap_or_default()
+    );
     loop {
         tokio::select! {
             next = all.next() => match next {
                 Some(Ok(Got::Pod(e))) => {
                     recovered(&mut failing[0], "pods", &pods_of, say);
+                    let changed = annotation_changed(caches, &e);
                     apply(&caches.pods, pods, &e, "pods", &pods_of, say);
+                    // Once applied: what the change is made from is the pod in the store.
+                    if let Some(key) = changed {
+                        caches.note(|c| {
+                            c.pods.insert(key);
+                        });
+                    }
+                    if matches!(e, Event::InitDone) {
+                        caches.note(|c| c.all = true);
+                    }
+                }
+                Some(Ok(Got::Namespace(e))) => {
+                    recovered(&mut failing[ns_slot], "namespaces", &opted_in, say);
+                    if let (Some(kept), Some(writer)) = (&caches.namespaces, namespaces_writer.as_mut()) {
+                        apply(kept, writer, &e, "namespaces", &opted_in, say);
+                    }
+                    if !matches!(e, Event::Init | Event::InitApply(_)) {
+                        caches.note(|c| c.all = true);
+                    }
                 }
                 Some(Ok(Got::Nad(i, e))) => {
                     let scope = namespaces(&nads[i].0);
@@ -239,13 +300,22 @@ async fn watch(
                         return Ended::Refused(plumb_engine::log::one_line(&e.to_string()).into_owned());
                     }
                     let (slot, synced, what, scope) = match which {
-                        None => (&mut failing[0], &caches.pods.synced, "pods", pods_of.clone()),
-                        Some(i) => (
+                        Which::Pods => (&mut failing[0], &caches.pods.synced, "pods", pods_of.clone()),
+                        Which::Nads(i) => (
                             &mut failing[i + 1],
                             &caches.nads[i].1.synced,
                             "NADs",
                             namespaces(&nads[i].0),
                         ),
+                        Which::Namespaces => match &caches.namespaces {
+                            Some(kept) => (
+                                &mut failing[ns_slot],
+                                &kept.synced,
+                                "namespaces",
+                                opted_in.clone(),
+                            ),
+                            None => continue,
+                        },
                     };
                     let now = Instant::now();
                     let f = slot.get_or_insert(Failing { since: now, said: now });
@@ -283,6 +353,26 @@ fn namespaces(ns: &Option<String>) -> String {
         Some(ns) => format!("namespace {ns}"),
         None => "all namespaces".to_string(),
     }
+}
+
+/// The pod (namespace, name) whose networks annotation `event` changes, when changes are
+/// watched for; asked before the event is applied, while the store holds the pod as it was. A
+/// pod new to the store is not one: its ADD records the annotation it is attached with.
+fn annotation_changed(caches: &Caches, event: &Event<CachedPod>) -> Option<(String, String)> {
+    caches.scope.dynamic_namespaces.as_ref()?;
+    let Event::Apply(pod) = event else {
+        return None;
+    };
+    let networks = |p: &CachedPod| {
+        (p.metadata.annotations.as_ref())
+            .and_then(|a| a.get(netattach::NETWORKS_ANNOTATION))
+            .cloned()
+    };
+    let before = caches.pods.store.get(&ObjectRef::from_obj(pod))?;
+    if networks(&before) == networks(pod) {
+        return None;
+    }
+    Some((pod.metadata.namespace.clone()?, pod.metadata.name.clone()?))
 }
 
 /// Says that a watch that failed gives events again.

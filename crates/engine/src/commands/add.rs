@@ -13,6 +13,7 @@ use super::call::Call;
 use super::{Plumb, network_status, who};
 use crate::config::Config;
 use crate::devices::KubeletDevices;
+use crate::execute::Sandbox;
 use crate::log::peak_rss_kib;
 use crate::multus_cache;
 use crate::netns;
@@ -85,7 +86,10 @@ impl Plumb<'_> {
             })?;
         let t_plan = start.elapsed();
         let exec = self.executor(call);
-        let sandbox = call.sandbox(args);
+        let sandbox = Sandbox {
+            for_changes: call.change_basis(args, pod.as_ref()),
+            ..call.sandbox(args)
+        };
         let added = exec
             .add(&sandbox, pod.as_ref(), &plan.attachments)
             .inspect_err(|e| call.warn_pod(pod.as_ref(), "AttachFailed", e))?;

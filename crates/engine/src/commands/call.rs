@@ -23,7 +23,7 @@ use crate::log::Log;
 use crate::networks::{NodeNetworks, PrefetchedNads};
 use crate::plan::{self, Devices, Plan, Pod};
 use crate::pod_args::{NETWORKS_ARG, PodArgs};
-use crate::record::RecordStore;
+use crate::record::{ChangeBasis, RecordStore};
 
 /// The longest event message: the kubelet cuts its own events' messages to 1 KiB too, and an
 /// event is read in `kubectl describe pod`, where its start says what went wrong.
@@ -231,7 +231,30 @@ impl<'a> Call<'a> {
             netns: args.netns.clone(),
             cni_args: self.cni_args.clone(),
             standalone: false,
+            for_changes: None,
         }
+    }
+
+    /// What the record of `pod`'s ADD keeps for a later change of its attachments: only for a
+    /// pod of the Kubernetes API (named by the runtime, found with plumb's kubeconfig), whose
+    /// `k8s.v1.cni.cncf.io/networks` annotation a user can change; not for a selection from
+    /// `PLUMB_NETWORKS` or a netns that cannot be looked at.
+    pub(super) fn change_basis(&self, args: &CmdArgs, pod: Option<&Pod>) -> Option<ChangeBasis> {
+        use std::os::unix::fs::MetadataExt;
+        let pod = pod?;
+        self.pod_args.as_ref()?;
+        self.config.kubeconfig.as_ref()?;
+        if cni::args::get(&self.cni_args, NETWORKS_ARG).is_some() {
+            return None;
+        }
+        Some(ChangeBasis {
+            selection: (pod.annotations.get(netattach::NETWORKS_ANNOTATION))
+                .cloned()
+                .unwrap_or_default(),
+            netns_inode: std::fs::metadata(&args.netns).ok()?.ino(),
+            config: Value::Object(args.config.clone()),
+            cni_path: args.path.clone(),
+        })
     }
 
     /// The pod this call is for: from the runtime's pod-annotations capability when given,

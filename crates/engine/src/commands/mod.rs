@@ -19,6 +19,7 @@ use crate::routes::DefaultRoutes;
 
 mod add;
 mod call;
+mod change;
 mod check;
 mod del;
 mod gc;
@@ -26,6 +27,7 @@ mod known;
 mod status;
 
 use call::Call;
+pub use change::{Changed, Report};
 pub use gc::STAGED_FILE_MAX_AGE;
 
 /// How long a call run instead of a daemon that did not acknowledge it waits for its

@@ -139,6 +139,7 @@ fn a_record_naming_another_container_is_refused_and_neither_record_is_touched() 
         cni_args: vec![],
         attachments: vec![recorded(&attachment("net-b", "eth0", "fake"), "c-b", &dirs)],
         standalone: false,
+        for_changes: None,
     };
     records.save(&b).unwrap();
     let b_path = records.path("c-b").unwrap();
@@ -196,6 +197,10 @@ struct NoRoutes;
 impl DefaultRoutes for NoRoutes {
     fn set_default_route(&self, _: &Path, _: &str, _: &[IpAddr]) -> Result<(), CniError> {
         Ok(())
+    }
+
+    fn interfaces(&self, _: &Path) -> Result<Vec<String>, CniError> {
+        Ok(Vec::new())
     }
 }
 
@@ -533,6 +538,7 @@ fn a_record_another_call_rewrote_during_a_failed_del_is_left_as_it_is() {
             .map(|a| recorded(a, &sandbox.container_id, &dirs))
             .collect(),
         standalone: false,
+        for_changes: None,
     };
     records.save(&record).unwrap();
     let rewrite = Record {
@@ -594,6 +600,7 @@ fn recorded_sandbox(records: &RecordStore, dirs: &DeviceInfoDirs) -> (Sandbox, R
         .map(|(n, i)| recorded(&attachment(n, i, "fake"), "c1", dirs))
         .collect(),
         standalone: false,
+        for_changes: None,
     };
     records.save(&record).unwrap();
     let sandbox = Sandbox {

@@ -185,5 +185,6 @@ pub(super) fn sandbox_for(netns: &str, container_id: Option<&str>) -> Sandbox {
         netns: netns.to_string(),
         cni_args: vec![("IgnoreUnknown".into(), "true".into())],
         standalone: true,
+        for_changes: None,
     }
 }

@@ -34,9 +34,18 @@ pub(super) fn connect(
             )
         })?;
     }
+    if let Some(selector) = &args.dynamic_namespaces
+        && let Some(why) = super::dynamic::selector_problem(selector)
+    {
+        return Err(CniError::new(
+            ErrorCode::InvalidConfig,
+            format!("--dynamic-namespaces {selector:?}: {why}"),
+        ));
+    }
     let scope = Scope {
         node,
         nad_namespaces: args.nad_namespaces.clone(),
+        dynamic_namespaces: args.dynamic_namespaces.clone(),
     };
     let said: Say = Arc::new(|line: std::fmt::Arguments<'_>| say(line));
     let started = |what: &'static str| {
@@ -55,6 +64,13 @@ pub(super) fn connect(
         true => source(args.kubeconfig.as_deref(), service_account, getenv)?,
         false => None,
     };
+    if args.dynamic && source.is_none() {
+        return Err(CniError::new(
+            ErrorCode::InvalidConfig,
+            "--dynamic: the daemon watches pods and namespaces with its own identity: give \
+             --kubeconfig (in a pod, its service account is used)",
+        ));
+    }
     let caches = match source {
         None if !serving => CachesFor::FirstKubeconfig {
             scope,

@@ -40,6 +40,11 @@ struct CallLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CommandLabel {
     command: String,
 }
@@ -61,6 +66,7 @@ pub(super) struct Metrics {
     calls: Family<CallLabels, Counter>,
     call_seconds: Family<CommandLabel, Histogram, fn() -> Histogram>,
     delegate_seconds: Family<DelegateLabels, Histogram, fn() -> Histogram>,
+    dynamic_changes: Family<ResultLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -84,11 +90,19 @@ impl Default for Metrics {
             "How long delegate plugins took, by network and command",
             delegate_seconds.clone(),
         );
+        let dynamic_changes = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "plumb_dynamic_changes",
+            "Changes of running pods' attachments (--dynamic), by result: applied, refused \
+             (the new annotation cannot be applied) or failed (rolled back)",
+            dynamic_changes.clone(),
+        );
         Metrics {
             registry,
             calls,
             call_seconds,
             delegate_seconds,
+            dynamic_changes,
         }
     }
 }
@@ -112,6 +126,13 @@ impl Metrics {
         self.call_seconds
             .get_or_create(&CommandLabel { command })
             .observe(took.as_secs_f64());
+    }
+
+    /// One change of a running pod's attachments made (`applied`) or not (`refused`, `failed`).
+    pub(super) fn dynamic_change(&self, result: &'static str) {
+        (self.dynamic_changes)
+            .get_or_create(&ResultLabel { result })
+            .inc();
     }
 
     /// What the calls' delegates are timed with. Network names come from NADs, which anyone

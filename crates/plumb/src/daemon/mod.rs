@@ -5,7 +5,8 @@
 //! daemon started on a served socket takes it over, as Multus's does (`socket`, `serve`); it can
 //! also keep plumb's CNI configuration and a kubeconfig on the node (`conf_writer`,
 //! `kubeconfig_writer`), run in the node's root (`host_root`), keep those files only
-//! (`--files-only`), or take plumb off the node (`uninstall`).
+//! (`--files-only`), take plumb off the node (`uninstall`), or change running pods'
+//! attachments as their networks annotation changes (`dynamic`).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
@@ -27,6 +28,7 @@ use crate::shim;
 
 mod caches;
 pub mod conf_writer;
+mod dynamic;
 mod host_root;
 pub mod kubeconfig_writer;
 mod metrics;
@@ -137,10 +139,22 @@ pub struct Args {
     /// The CNI bin directory plumb's binary is removed from by `--uninstall`.
     #[arg(long, value_name = "DIR", default_value = paths::BIN_DIR, requires = "uninstall")]
     pub bin_dir: PathBuf,
-    /// plumb's state directory (its records: `plumbStateDir`), which `--uninstall` waits to
-    /// be empty of records and then removes.
-    #[arg(long, value_name = "DIR", default_value = paths::STATE_DIR, requires = "uninstall")]
+    /// plumb's state directory (its records: `plumbStateDir`): `--dynamic` finds the pods'
+    /// sandboxes there; `--uninstall` waits for it to be empty of records and then removes it.
+    #[arg(long, value_name = "DIR", default_value = paths::STATE_DIR)]
     pub state_dir: PathBuf,
+    /// Change a running pod's attachments when its `k8s.v1.cni.cncf.io/networks` annotation
+    /// changes, in the namespaces `--dynamic-namespaces` selects (docs/dynamic-attachments.md).
+    #[arg(
+        long,
+        requires = "dynamic_namespaces",
+        conflicts_with_all = ["files_only", "uninstall"]
+    )]
+    pub dynamic: bool,
+    /// The label selector of the namespaces whose pods `--dynamic` changes (say
+    /// `plumb.io/dynamic=true`): anyone who may patch a pod there may rewire its networks.
+    #[arg(long, value_name = "SELECTOR", requires = "dynamic")]
+    pub dynamic_namespaces: Option<String>,
 }
 
 /// What the daemon is for.
@@ -439,6 +453,9 @@ pub fn run(args: &Args) -> Result<(), CniError> {
     ));
     if let Some(addr) = args.metrics_address {
         rt.spawn(metrics::serve(addr, Arc::clone(&shared)));
+    }
+    if args.dynamic {
+        dynamic::start(Arc::clone(&shared), args.state_dir.clone())?;
     }
     let served = rt.block_on(serve(
         listener,

@@ -60,6 +60,7 @@ pub fn is_the_caches(r: &testkit::kube_api::LoggedRequest) -> bool {
     r.method == "GET"
         && (r.path.ends_with("/pods")
             || r.path.ends_with("/network-attachment-definitions")
+            || r.path == "/api/v1/namespaces"
             || r.path.starts_with("/api/v1/nodes/"))
 }
 

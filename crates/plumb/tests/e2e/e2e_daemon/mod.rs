@@ -481,6 +481,7 @@ fn pods_whose_add_is_killed_at_random_points_while_others_run_leave_nothing_afte
 
 mod burst;
 mod caches;
+mod dynamic;
 mod host_root;
 mod lifecycle;
 mod metrics;

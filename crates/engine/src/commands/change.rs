@@ -1,0 +1,287 @@
+//! A change of a running pod's attachments to follow its `k8s.v1.cni.cncf.io/networks`
+//! annotation (dynamic attachments; the multi-net spec leaves how a running pod's attachments
+//! change to implementations, its open question 2). The daemon asks for it with the pod as its
+//! cache holds it; the change runs as the sandbox's ADD would have (the configuration, CNI_ARGS
+//! and CNI_PATH its record keeps), under the container's lock, then network-status is written
+//! with what the netns holds (§5).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use cni::error::{CniError, ErrorCode};
+use cni::skel::CmdArgs;
+use netattach::status::StatusInput;
+use serde_json::Value;
+
+use super::call::Call;
+use super::{Plumb, who};
+use crate::change::change;
+use crate::devices::KubeletDevices;
+use crate::execute::{Added, Sandbox};
+use crate::plan::Pod;
+use crate::record::{ChangeBasis, Record, RecordStore};
+
+/// What became of a change.
+#[derive(Debug, PartialEq)]
+pub enum Changed {
+    /// The sandbox's attachments already follow the pod's annotation.
+    Nothing,
+    /// Not acted on, and why: no longer the sandbox's to change (for the log).
+    Skipped(String),
+    /// Done: what went and what came, as the event on the pod says.
+    Applied {
+        detached: Vec<String>,
+        attached: Vec<String>,
+    },
+}
+
+/// Why a change did not happen, for the event that says so: `ChangeRefused` (the new
+/// selection cannot be planned or changed to: nothing was done) or `ChangeFailed` (running it
+/// failed: what it attached was rolled back, or network-status could not be written).
+pub type Report<'r> = &'r dyn Fn(&'static str, &CniError) -> bool;
+
+impl Plumb<'_> {
+    /// Changes sandbox `container_id`'s attachments, recorded in `state_dir`, to follow `pod`'s
+    /// annotation. An error is said on the pod as an event when `report` (given the event's
+    /// reason) says so: a change retried with the same failure is said once.
+    pub fn cmd_change(
+        &self,
+        state_dir: &Path,
+        container_id: &str,
+        pod: &Pod,
+        report: Report<'_>,
+    ) -> Result<Changed, CniError> {
+        let selection = (pod.annotations.get(netattach::NETWORKS_ANNOTATION))
+            .cloned()
+            .unwrap_or_default();
+        let records = RecordStore::new(state_dir);
+        let (record, basis) = match recorded(&records, container_id)? {
+            Ok(found) => found,
+            Err(why) => return Ok(Changed::Skipped(why)),
+        };
+        if basis.selection == selection {
+            return Ok(Changed::Nothing);
+        }
+        let args = add_request(&record, &basis)?;
+        let call = self.call(&args)?;
+        let turn = call.turn(&args, &self.caller, "CHANGE")?;
+        // Again under the lock: the sandbox's DEL, or another daemon's change, may have come
+        // first.
+        let (record, basis) = match recorded(&records, container_id)? {
+            Ok(found) => found,
+            Err(why) => {
+                // Its DEL removed the lock file; the one taken here goes too.
+                if records.load(container_id)?.is_none() {
+                    turn.end_for_good();
+                }
+                return Ok(Changed::Skipped(why));
+            }
+        };
+        let _turn = turn;
+        if basis.selection == selection {
+            return Ok(Changed::Nothing);
+        }
+        let ours = std::fs::metadata(&record.netns).is_ok_and(|m| m.ino() == basis.netns_inode);
+        if !ours {
+            return Ok(Changed::Skipped(format!(
+                "its network namespace {} is gone or is no longer the sandbox's",
+                record.netns
+            )));
+        }
+        let said = |reason: &'static str, e: CniError| {
+            let e = e.context(who(&call.pod_args, container_id));
+            call.log.error(&format!("{reason}: {e}"));
+            if report(reason, &e) {
+                call.warn_pod(Some(pod), reason, &e);
+            }
+            e
+        };
+        let in_netns = self
+            .routes
+            .interfaces(Path::new(&record.netns))
+            .map_err(|e| said("ChangeFailed", e))?;
+        let devices = KubeletDevices::new(&*call.kubelet);
+        let plan = call
+            .plan(Some(pod), &args.ifname, Some(&devices))
+            .map_err(|e| said("ChangeRefused", e))?;
+        let names: Vec<&str> = in_netns.iter().map(String::as_str).collect();
+        let todo = change(&record.attachments, &plan.attachments, &names).map_err(|why| {
+            said(
+                "ChangeRefused",
+                CniError::new(
+                    ErrorCode::InvalidConfig,
+                    format!("the new networks annotation is not applied: {why}"),
+                ),
+            )
+        })?;
+        let sandbox = Sandbox {
+            container_id: container_id.to_string(),
+            ..Sandbox::default()
+        };
+        let exec = self.executor(&call);
+        let added = exec
+            .apply_change(&sandbox, &todo)
+            .map_err(|e| said("ChangeFailed", e))?;
+        for a in added.iter().flat_map(|a| &a.warnings) {
+            call.log.error(a);
+        }
+        let detached: Vec<String> = (todo.detach.iter())
+            .map(|&i| &record.attachments[i])
+            .map(|a| format!("{} ({})", a.ifname, a.network))
+            .collect();
+        let attached: Vec<String> = added.iter().map(describe_added).collect();
+        // What the netns holds now: the record as the change left it, each attachment whose
+        // interface is there.
+        let record = records.load(container_id)?.unwrap_or(record);
+        let in_netns = self
+            .routes
+            .interfaces(Path::new(&record.netns))
+            .map_err(|e| said("ChangeFailed", e))?;
+        if let Some((cluster, pod)) = call.pod_to_write(Some(pod)) {
+            let status = status_of(&call, &record, &added, &in_netns);
+            cluster.set_network_status(pod, &status).map_err(|e| {
+                said(
+                    "ChangeFailed",
+                    e.context("the change is made, but network-status could not be written"),
+                )
+            })?;
+        }
+        // Last: a change whose status could not be written is tried again, and finds the
+        // attachments already as they should be.
+        records.save(&Record {
+            for_changes: Some(ChangeBasis { selection, ..basis }),
+            ..record
+        })?;
+        if todo.is_empty() {
+            return Ok(Changed::Nothing);
+        }
+        let message = changed_message(&detached, &attached);
+        call.log
+            .verbose(&format!("{}: {message}", who(&call.pod_args, container_id)));
+        if let Some((cluster, pod)) = call.pod_to_write(Some(pod))
+            && let Err(e) = cluster.event(pod, "Normal", "AttachmentsChanged", &message)
+        {
+            call.log.error(&format!("could not record an event: {e}"));
+        }
+        Ok(Changed::Applied { detached, attached })
+    }
+}
+
+/// The sandbox's record and what it keeps for changes, or why there is nothing to change.
+fn recorded(
+    records: &RecordStore,
+    container_id: &str,
+) -> Result<Result<(Record, ChangeBasis), String>, CniError> {
+    let Some(record) = records.load(container_id)? else {
+        return Ok(Err("it has no attachment record (deleted)".into()));
+    };
+    if record.standalone {
+        return Ok(Err("it was attached by `plumb attach`".into()));
+    }
+    match record.for_changes.clone() {
+        Some(basis) => Ok(Ok((record, basis))),
+        None => Ok(Err(
+            "its record keeps nothing to change it with (attached by a plumb before dynamic \
+             attachments, or without a pod of the API): recreate the pod to change its networks"
+                .into(),
+        )),
+    }
+}
+
+/// The ADD request the sandbox was attached with, as its record keeps it.
+fn add_request(record: &Record, basis: &ChangeBasis) -> Result<CmdArgs, CniError> {
+    let bad = |why: &str| {
+        CniError::new(
+            ErrorCode::DecodingFailure,
+            format!(
+                "attachment record of container {}: the configuration kept for changes {why}",
+                record.container_id
+            ),
+        )
+    };
+    let Value::Object(config) = &basis.config else {
+        return Err(bad("is not a JSON object"));
+    };
+    let stdin = serde_json::to_vec(&basis.config).map_err(|e| bad(&e.to_string()))?;
+    let version = cni::version::version_of(&stdin)?;
+    // The runtime's interface name is the default network's.
+    let ifname = (record.attachments.iter())
+        .find(|a| a.default)
+        .map_or("eth0", |a| a.ifname.as_str());
+    Ok(CmdArgs {
+        container_id: record.container_id.clone(),
+        netns: record.netns.clone(),
+        ifname: ifname.to_string(),
+        args: (record.cni_args.iter())
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(";"),
+        path: basis.cni_path.clone(),
+        stdin,
+        config: config.clone(),
+        version,
+    })
+}
+
+/// `net2 [10.1.2.3] (ns/name)`.
+fn describe_added(a: &Added) -> String {
+    let ips: Vec<String> = (a.result.ips.iter())
+        .map(|ip| ip.address.to_string())
+        .collect();
+    format!(
+        "{} [{}] ({})",
+        a.attachment.ifname,
+        ips.join(" "),
+        a.attachment.network
+    )
+}
+
+fn changed_message(detached: &[String], attached: &[String]) -> String {
+    let mut parts = Vec::new();
+    if !detached.is_empty() {
+        parts.push(format!("detached {}", detached.join(", ")));
+    }
+    if !attached.is_empty() {
+        parts.push(format!("attached {}", attached.join(", ")));
+    }
+    format!("networks annotation changed: {}", parts.join("; "))
+}
+
+/// network-status (multi-net spec §5) of `record`'s attachments whose interface is in the
+/// netns: the results of those just added, the others' from the result cache.
+fn status_of(call: &Call, record: &Record, added: &[Added], in_netns: &[String]) -> String {
+    let cached: Vec<_> = (record.attachments.iter())
+        .map(|a| {
+            let name = a.config.get("name").and_then(Value::as_str)?;
+            let version = a.config.get("cniVersion").and_then(Value::as_str)?;
+            let version = cni::Version::parse(version).ok()?;
+            (call.cni.cache)
+                .cached_result(name, &record.container_id, &a.ifname, version)
+                .ok()
+                .flatten()
+        })
+        .collect();
+    let device_info: Vec<_> = (record.attachments.iter())
+        .map(|a| {
+            let file = a.device_info_file.as_deref()?;
+            netattach::device_info_files::read(file).ok().flatten()
+        })
+        .collect();
+    let entries: Vec<_> = (record.attachments.iter().enumerate())
+        .filter(|(_, a)| in_netns.contains(&a.ifname))
+        .map(|(i, a)| {
+            let new = added.iter().find(|n| n.attachment.ifname == a.ifname);
+            netattach::status::build(&StatusInput {
+                name: &a.network,
+                result: new.map(|n| &n.result).or(cached[i].as_ref()),
+                ifname: &a.ifname,
+                is_default: a.default,
+                default_route: a.default_route.as_deref(),
+                device_info: new
+                    .and_then(|n| n.device_info.as_ref())
+                    .or(device_info[i].as_ref()),
+            })
+        })
+        .collect();
+    netattach::status::to_annotation(&entries)
+}

@@ -1,0 +1,368 @@
+//! Dynamic attachments end to end (`plumb daemon --dynamic`): a running pod's annotation changed
+//! through the stand-in's watch, the daemon detaching and attaching with the real delegates in
+//! the pod's netns, network-status and events written, a change refused, racing the
+//! sandbox's DEL, made while the daemon was down, and in a namespace not opted in.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use testkit::kube_api::{KubeconfigUser, Resource};
+use testkit::netns::{Link, Netns, unique_name};
+
+use super::caches::{holding, watching_with};
+use super::healthz;
+use crate::common::cluster::{Cluster, NETWORKS, NODE, nad};
+use crate::common::daemon::Daemon;
+use crate::common::ok;
+
+const OPT_IN: &str = "plumb.example/dynamic=true";
+
+/// Namespace `name`, opted in to dynamic attachments or not.
+fn namespace(c: &Cluster, name: &str, opted_in: bool) {
+    let labels = match opted_in {
+        true => json!({"plumb.example/dynamic": "true"}),
+        false => json!({}),
+    };
+    c.api.put(
+        Resource::Namespaces,
+        json!({"metadata": {"name": name, "labels": labels}}),
+    );
+}
+
+/// A daemon for `c` with `--dynamic`, watching with a kubeconfig of its own.
+fn dynamic_daemon(c: &mut Cluster) -> (PathBuf, Daemon) {
+    let own = c
+        .api
+        .write_kubeconfig(c.node.path("daemon-kubeconfig"), KubeconfigUser::Token);
+    let state = c.node.state_dir();
+    watching_with(
+        c,
+        &own,
+        NODE,
+        &[
+            "--dynamic",
+            "--dynamic-namespaces",
+            OPT_IN,
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+    )
+}
+
+/// Cluster `n`, namespace default opted in, and a daemon with `--dynamic`.
+fn dynamic(n: u8) -> (Cluster, PathBuf, Daemon) {
+    let mut c = Cluster::new(n);
+    namespace(&c, "default", true);
+    let (socket, daemon) = dynamic_daemon(&mut c);
+    (c, socket, daemon)
+}
+
+/// A pod's networks annotation set to `networks`, its other annotations kept, as `kubectl
+/// annotate --overwrite` does.
+fn annotate(c: &Cluster, name: &str, networks: &str) {
+    let mut pod = c.api.get(Resource::Pods, "default", name).unwrap();
+    pod["metadata"]["annotations"][NETWORKS] = json!(networks);
+    c.api.put(Resource::Pods, pod);
+}
+
+/// Waits (up to 30 s) for `until`.
+fn wait_until(what: &str, until: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !until() {
+        assert!(Instant::now() < deadline, "waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// [`wait_until`], showing what `daemon` said if it does not come.
+fn wait_for_daemon(daemon: &Daemon, what: &str, until: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !until() {
+        assert!(
+            Instant::now() < deadline,
+            "waiting for {what}; the daemon said: {}",
+            daemon.said()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The interfaces network-status lists for the pod.
+fn status_interfaces(c: &Cluster, name: &str) -> Vec<String> {
+    (c.status_of("default", name).unwrap_or_default().iter())
+        .map(|e| e["interface"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn reasons(c: &Cluster, name: &str) -> Vec<String> {
+    (c.events_for("default", name).iter())
+        .map(|e| e["reason"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn ifindex(ns: &Netns, ifname: &str) -> u64 {
+    ns.link(ifname).unwrap()["ifindex"].as_u64().unwrap()
+}
+
+/// A bridge + host-local NAD `default/net-s` on 10.<n>.4.0/24 whose delegates take the `ips`
+/// capability (selection elements with `ips`); its bridge.
+fn static_nad(c: &Cluster, n: u8) -> Link {
+    let bridge = unique_name("kd");
+    let link = Link::bridge(&bridge);
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "default",
+            "net-s",
+            json!({"cniVersion": "1.0.0", "type": "bridge", "bridge": bridge,
+                   "capabilities": {"ips": true},
+                   "ipam": {"type": "host-local", "subnet": format!("10.{n}.4.0/24"),
+                            "dataDir": c.node.ipam_dir()}}),
+        ),
+    );
+    link
+}
+
+fn element(n: u8, host: u8) -> Value {
+    json!({"name": "net-s", "ips": [format!("10.{n}.4.{host}/24")]})
+}
+
+#[test]
+fn a_network_added_to_a_running_pods_annotation_is_attached_and_listed_in_its_status() {
+    let (c, socket, daemon) = dynamic(153);
+    let uid = c.pod("default", "grow", json!({NETWORKS: "net-a"}));
+    holding(&socket, 1);
+    let ns = Netns::new();
+    let pod = ("default", "grow", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "g1"));
+    assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
+
+    annotate(&c, "grow", "net-a,other-ns/net-b@mv1");
+    wait_until("mv1 in the pod and in its status", || {
+        status_interfaces(&c, "grow") == ["eth0", "net1", "mv1"]
+    });
+    assert_eq!(ns.addresses("mv1"), ["10.153.3.2/24"]);
+    assert_eq!(ns.addresses("net1"), ["10.153.2.2/24"]);
+    let status = c.status_of("default", "grow").unwrap();
+    assert_eq!(status[2]["name"], "other-ns/net-b");
+    assert_eq!(status[2]["ips"], json!(["10.153.3.2"]));
+    assert_eq!(status[0]["ips"], json!(["10.153.1.2"]));
+    wait_until("the AttachmentsChanged event", || {
+        reasons(&c, "grow").contains(&"AttachmentsChanged".to_string())
+    });
+    daemon.wait_for("dynamic: pod default/grow (container g1): detached [], attached [mv1");
+
+    // And taken off again: the interface and its address go, status follows.
+    annotate(&c, "grow", "net-a");
+    wait_until("mv1 gone", || {
+        status_interfaces(&c, "grow") == ["eth0", "net1"]
+    });
+    assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
+    assert!(c.node.allocations("net-b").is_empty());
+
+    ok(&c.call("DEL", &ns, pod, "g1"));
+    c.assert_nothing_left(&ns, "g1");
+}
+
+#[test]
+fn removing_the_first_of_three_elements_keeps_the_others_and_a_changed_ips_reattaches_in_place() {
+    let n = 152;
+    let (c, socket, _daemon) = dynamic(n);
+    let _bridge = static_nad(&c, n);
+    let three = json!([element(n, 10), element(n, 11), element(n, 12)]).to_string();
+    let uid = c.pod("default", "trio", json!({NETWORKS: three}));
+    holding(&socket, 1);
+    let ns = Netns::new();
+    let pod = ("default", "trio", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "t1"));
+    assert_eq!(ns.addresses("net2"), [format!("10.{n}.4.11/24")]);
+    let (net2, net3) = (ifindex(&ns, "net2"), ifindex(&ns, "net3"));
+
+    annotate(
+        &c,
+        "trio",
+        &json!([element(n, 11), element(n, 12)]).to_string(),
+    );
+    wait_until("net1 detached", || {
+        status_interfaces(&c, "trio") == ["eth0", "net2", "net3"]
+    });
+    assert_eq!(ns.links(), ["lo", "eth0", "net2", "net3"]);
+    // The same interfaces, not made again.
+    assert_eq!((ifindex(&ns, "net2"), ifindex(&ns, "net3")), (net2, net3));
+    assert_eq!(ns.addresses("net2"), [format!("10.{n}.4.11/24")]);
+    assert_eq!(ns.addresses("net3"), [format!("10.{n}.4.12/24")]);
+
+    // A changed `ips`: detached and attached again under its name.
+    annotate(
+        &c,
+        "trio",
+        &json!([element(n, 11), element(n, 20)]).to_string(),
+    );
+    // (Between its detach and its attach there is no net3.)
+    wait_until("net3 with its new address", || {
+        ns.links().contains(&"net3".to_string())
+            && ns.addresses("net3") == [format!("10.{n}.4.20/24")]
+    });
+    assert_eq!(ifindex(&ns, "net2"), net2);
+    wait_until("the status's new address", || {
+        let s = c.status_of("default", "trio").unwrap();
+        s.len() == 3 && s[2]["ips"] == json!([format!("10.{n}.4.20")])
+    });
+    let mut held = c.node.allocations("net-s");
+    held.sort();
+    assert_eq!(held, [format!("10.{n}.4.11"), format!("10.{n}.4.20")]);
+
+    ok(&c.call("DEL", &ns, pod, "t1"));
+    c.assert_nothing_left(&ns, "t1");
+}
+
+#[test]
+fn an_invalid_change_or_a_device_backed_network_changes_nothing_and_is_said_once() {
+    let (c, socket, daemon) = dynamic(151);
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"namespace": "default", "name": "sriov-net",
+                            "annotations": {"k8s.v1.cni.cncf.io/resourceName": "example.com/vf"}},
+               "spec": {"config": json!({"cniVersion": "1.0.0", "type": "host-device"}).to_string()}}),
+    );
+    let uid = c.pod("default", "firm", json!({NETWORKS: "net-a"}));
+    holding(&socket, 1);
+    let ns = Netns::new();
+    let pod = ("default", "firm", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "f1"));
+    let status = c.status_of("default", "firm").unwrap();
+
+    annotate(&c, "firm", "[{\"name\": ");
+    wait_until("the ChangeRefused event", || {
+        reasons(&c, "firm") == ["ChangeRefused"]
+    });
+    let event = &c.events_for("default", "firm")[0];
+    let message = event["message"].as_str().unwrap();
+    assert!(message.contains("k8s.v1.cni.cncf.io/networks"), "{message}");
+    assert_eq!(event["type"], "Warning");
+    // Tried again with backoff, and not said again.
+    daemon.wait_for("change refused");
+    let said = daemon.said().matches("change refused").count();
+    daemon.wait_for_more("change refused", said);
+    assert_eq!(reasons(&c, "firm"), ["ChangeRefused"]);
+    assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
+    assert_eq!(c.status_of("default", "firm").unwrap(), status);
+
+    // A network backed by a device plugin: the kubelet allocates devices at admission only.
+    annotate(&c, "firm", "net-a,sriov-net");
+    wait_until("the second ChangeRefused event", || {
+        reasons(&c, "firm") == ["ChangeRefused", "ChangeRefused"]
+    });
+    let events = c.events_for("default", "firm");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["message"].as_str().unwrap().contains("kubelet")),
+        "{events:#?}"
+    );
+    assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
+
+    // A valid annotation again: made at once, not after the backoff.
+    annotate(&c, "firm", "net-a,net-a");
+    wait_until("net2", || ns.links() == ["lo", "eth0", "net1", "net2"]);
+    ok(&c.call("DEL", &ns, pod, "f1"));
+    c.assert_nothing_left(&ns, "f1");
+}
+
+#[test]
+fn a_change_racing_the_sandboxs_del_leaks_nothing() {
+    let (c, socket, daemon) = dynamic(150);
+    for i in 0..6u64 {
+        let name = format!("race{i}");
+        let cid = format!("r{i}");
+        let uid = c.pod("default", &name, json!({NETWORKS: "net-a"}));
+        holding(&socket, i + 1);
+        let ns = Netns::new();
+        let pod = ("default", name.as_str(), uid.as_str());
+        ok(&c.call("ADD", &ns, pod, &cid));
+        let before = daemon.said().matches("dynamic: pod").count();
+        annotate(&c, &name, "net-a,other-ns/net-b@mv1,net-a");
+        // The DEL at once, or once the change has begun.
+        if i % 2 == 1 {
+            wait_for_daemon(&daemon, "the change to begin", || {
+                ns.links().len() > 3 || daemon.said().matches("dynamic: pod").count() > before
+            });
+        }
+        ok(&c.call("DEL", &ns, pod, &cid));
+        drop(ns);
+        // Whatever the change did, the DEL undid, or the change found the sandbox gone (a
+        // change is counted as a call from before it reads the record).
+        wait_for_daemon(&daemon, "no change running", || {
+            healthz(&socket).starts_with("ok: 0 calls running")
+        });
+        c.assert_node_clean(&format!("race {i}"));
+    }
+}
+
+#[test]
+fn a_change_made_while_the_daemon_was_stopped_is_made_when_it_starts() {
+    let (mut c, socket, daemon) = dynamic(149);
+    let uid = c.pod("default", "later", json!({NETWORKS: "net-a"}));
+    holding(&socket, 1);
+    let ns = Netns::new();
+    let pod = ("default", "later", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "l1"));
+    daemon.stop();
+
+    annotate(&c, "later", "net-a,other-ns/net-b@mv1");
+    let (_socket, daemon) = dynamic_daemon(&mut c);
+    wait_until("mv1 in the pod", || ns.links().contains(&"mv1".to_string()));
+    wait_until("mv1 in its status", || {
+        status_interfaces(&c, "later") == ["eth0", "net1", "mv1"]
+    });
+    daemon.wait_for("dynamic: pod default/later (container l1)");
+    ok(&c.call("DEL", &ns, pod, "l1"));
+    c.assert_nothing_left(&ns, "l1");
+}
+
+#[test]
+fn a_pod_in_a_namespace_not_opted_in_is_left_alone_until_it_is() {
+    let mut c = Cluster::new(148);
+    namespace(&c, "default", false);
+    let (socket, daemon) = dynamic_daemon(&mut c);
+    let uid = c.pod("default", "kept", json!({NETWORKS: "net-a"}));
+    holding(&socket, 1);
+    let ns = Netns::new();
+    let pod = ("default", "kept", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "k1"));
+    let status = c.status_of("default", "kept").unwrap();
+
+    annotate(&c, "kept", "net-a,other-ns/net-b@mv1");
+    daemon.wait_for("namespace default is not opted in to dynamic attachments");
+    assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
+    assert_eq!(c.status_of("default", "kept").unwrap(), status);
+    assert!(reasons(&c, "kept").is_empty());
+
+    // Opted in: the namespace's watch brings it, and the change is made.
+    namespace(&c, "default", true);
+    wait_until("mv1 in the pod", || ns.links().contains(&"mv1".to_string()));
+    ok(&c.call("DEL", &ns, pod, "k1"));
+    c.assert_nothing_left(&ns, "k1");
+}
+
+/// The record's `forChanges` keeps the ADD's request, for a later change.
+#[test]
+fn the_record_keeps_what_a_later_change_needs() {
+    let (c, socket, _daemon) = dynamic(147);
+    let uid = c.pod("default", "rec", json!({NETWORKS: "net-a"}));
+    holding(&socket, 1);
+    let ns = Netns::new();
+    let pod = ("default", "rec", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "c1"));
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(c.node.record("c1")).unwrap()).unwrap();
+    let basis = &record["forChanges"];
+    assert_eq!(basis["selection"], "net-a");
+    assert_eq!(basis["config"]["name"], c.config["name"]);
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::metadata(Path::new(&ns.path())).unwrap().ino();
+    assert_eq!(basis["netnsInode"], inode);
+    ok(&c.call("DEL", &ns, pod, "c1"));
+}
