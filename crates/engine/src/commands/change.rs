@@ -88,13 +88,26 @@ impl Plumb<'_> {
                 record.netns
             )));
         }
+        // The event is on the pod, the log line names it, the caller says who too.
         let said = |reason: &'static str, e: CniError| {
-            let e = e.context(who(&call.pod_args, container_id));
-            call.log.error(&format!("{reason}: {e}"));
+            let who = who(&call.pod_args, container_id);
+            call.log.error(&format!("{reason}: {who}: {e}"));
             if report(reason, &e) {
                 call.warn_pod(Some(pod), reason, &e);
             }
             e
+        };
+        // network-status of what the netns holds, the record as the change left it.
+        let write_status = |added: &[Added]| -> Result<(), CniError> {
+            let Some((cluster, pod)) = call.pod_to_write(Some(pod)) else {
+                return Ok(());
+            };
+            let record = records
+                .load(container_id)?
+                .unwrap_or_else(|| record.clone());
+            let in_netns = self.routes.interfaces(Path::new(&record.netns))?;
+            let status = status_of(&call, &record, added, &in_netns);
+            cluster.set_network_status(pod, &status)
         };
         let in_netns = self
             .routes
@@ -119,9 +132,19 @@ impl Plumb<'_> {
             ..Sandbox::default()
         };
         let exec = self.executor(&call);
-        let added = exec
-            .apply_change(&sandbox, &todo)
-            .map_err(|e| said("ChangeFailed", e))?;
+        let added = exec.apply_change(&sandbox, &todo).map_err(|e| {
+            // What was detached before the failure is gone from the pod: its status says so.
+            let e = match todo.detach.is_empty() {
+                true => e,
+                false => match write_status(&[]) {
+                    Ok(()) => e,
+                    Err(w) => {
+                        e.add_details(format!("and network-status could not be written: {w}"))
+                    }
+                },
+            };
+            said("ChangeFailed", e)
+        })?;
         for a in added.iter().flat_map(|a| &a.warnings) {
             call.log.error(a);
         }
@@ -130,24 +153,15 @@ impl Plumb<'_> {
             .map(|a| format!("{} ({})", a.ifname, a.network))
             .collect();
         let attached: Vec<String> = added.iter().map(describe_added).collect();
-        // What the netns holds now: the record as the change left it, each attachment whose
-        // interface is there.
-        let record = records.load(container_id)?.unwrap_or(record);
-        let in_netns = self
-            .routes
-            .interfaces(Path::new(&record.netns))
-            .map_err(|e| said("ChangeFailed", e))?;
-        if let Some((cluster, pod)) = call.pod_to_write(Some(pod)) {
-            let status = status_of(&call, &record, &added, &in_netns);
-            cluster.set_network_status(pod, &status).map_err(|e| {
-                said(
-                    "ChangeFailed",
-                    e.context("the change is made, but network-status could not be written"),
-                )
-            })?;
-        }
+        write_status(&added).map_err(|e| {
+            said(
+                "ChangeFailed",
+                e.context("the change is made, but network-status could not be written"),
+            )
+        })?;
         // Last: a change whose status could not be written is tried again, and finds the
         // attachments already as they should be.
+        let record = records.load(container_id)?.unwrap_or(record);
         records.save(&Record {
             for_changes: Some(ChangeBasis { selection, ..basis }),
             ..record

@@ -7,8 +7,8 @@ use super::*;
 use crate::change::Change;
 
 impl Executor<'_> {
-    /// Applies `change`, computed from the sandbox's record as it is on disk: the DEL of each
-    /// detached attachment in the order given, the record rewritten without it; then the new
+    /// Applies `change`, computed from the sandbox's record as it is on disk: the new
+    /// attachments' plugins found (else nothing is done), the DEL of each detached attachment in the order given, the record rewritten without it; then the new
     /// attachments named in the record (durably) before any of their delegates runs, ADD of
     /// each in order, and the default route of one that asks for it. A failed ADD rolls back
     /// what this change attached (the detaches stay done, and are said) and returns its error.
@@ -39,6 +39,13 @@ impl Executor<'_> {
                     "the change names an attachment the record does not have",
                 )
             })?;
+        // A plugin that cannot be found refuses the change before anything of it is done.
+        let m = change.attach.len();
+        for (i, a) in change.attach.iter().enumerate() {
+            self.cni
+                .find_all(&a.list)
+                .map_err(|e| e.context(describe(&a.network, &a.ifname, i, m)))?;
+        }
         let n = going.len();
         for (i, a) in going.iter().enumerate() {
             self.del_one(&sandbox, &sandbox.netns, &record, a)
@@ -58,12 +65,6 @@ impl Executor<'_> {
         };
         if change.attach.is_empty() {
             return Ok(Vec::new());
-        }
-        let m = change.attach.len();
-        for (i, a) in change.attach.iter().enumerate() {
-            self.cni
-                .find_all(&a.list)
-                .map_err(|e| detached(e.context(describe(&a.network, &a.ifname, i, m))))?;
         }
         let kept = record.attachments.len();
         let coming = self.recorded(&sandbox.container_id, &change.attach);

@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cni::error::{CniError, ErrorCode};
@@ -106,6 +106,11 @@ impl Dynamic {
                 continue;
             }
             said_waiting = false;
+            let now = Instant::now();
+            let due = self.failing.values().any(|f| f.due <= now);
+            if !all && changed.is_empty() && !due {
+                continue;
+            }
             let sandboxes = match self.sandboxes() {
                 Ok(s) => s,
                 Err(e) => {
@@ -226,10 +231,10 @@ impl Dynamic {
                 abandoned: Arc::new(AtomicBool::new(false)),
             },
         };
-        // Counted as a call, so that a stopping daemon waits for it.
-        self.shared.running.fetch_add(1, Ordering::SeqCst);
-        let done = plugin.cmd_change(self.records.dir(), id, &pod, &report);
-        self.shared.running.fetch_sub(1, Ordering::SeqCst);
+        let done = {
+            let _counted = Counted::new(&self.shared.running);
+            plugin.cmd_change(self.records.dir(), id, &pod, &report)
+        };
         let who = format!("pod {}/{} (container {id})", pod.namespace, pod.name);
         match done {
             Ok(Changed::Nothing) => {
@@ -263,7 +268,7 @@ impl Dynamic {
                     .min(RETRY_MAX);
                 say(format_args!(
                     "dynamic: {who}: change {result}: {}; trying again in {} s",
-                    plumb_engine::log::one_line(&e.msg),
+                    plumb_engine::log::one_line(&e.to_string()),
                     wait.as_secs()
                 ));
                 self.failing.insert(
@@ -278,6 +283,23 @@ impl Dynamic {
                 );
             }
         }
+    }
+}
+
+/// A change counted among the daemon's calls while this lives, so that a stopping daemon waits
+/// for it.
+struct Counted<'a>(&'a AtomicUsize);
+
+impl<'a> Counted<'a> {
+    fn new(running: &'a AtomicUsize) -> Counted<'a> {
+        running.fetch_add(1, Ordering::SeqCst);
+        Counted(running)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -370,4 +370,5 @@ fn del_from_multus_cache_deletes_the_device_info_files_multus_made() {
     assert!(other.exists(), "another sandbox's file was deleted");
 }
 
+mod change;
 mod in_memory;

@@ -3,6 +3,7 @@
 //! the pod's netns, network-status and events written, a change refused, racing the
 //! sandbox's DEL, made while the daemon was down, and in a namespace not opted in.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,7 @@ use testkit::netns::{Link, Netns, unique_name};
 
 use super::caches::{holding, watching_with};
 use super::healthz;
+use super::metrics::{METRICS_HOST, get, sample};
 use crate::common::cluster::{Cluster, NETWORKS, NODE, nad};
 use crate::common::daemon::Daemon;
 use crate::common::ok;
@@ -32,22 +34,24 @@ fn namespace(c: &Cluster, name: &str, opted_in: bool) {
 
 /// A daemon for `c` with `--dynamic`, watching with a kubeconfig of its own.
 fn dynamic_daemon(c: &mut Cluster) -> (PathBuf, Daemon) {
+    dynamic_daemon_with(c, &[])
+}
+
+/// [`dynamic_daemon`] with `more` arguments.
+fn dynamic_daemon_with(c: &mut Cluster, more: &[&str]) -> (PathBuf, Daemon) {
     let own = c
         .api
         .write_kubeconfig(c.node.path("daemon-kubeconfig"), KubeconfigUser::Token);
     let state = c.node.state_dir();
-    watching_with(
-        c,
-        &own,
-        NODE,
-        &[
-            "--dynamic",
-            "--dynamic-namespaces",
-            OPT_IN,
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-    )
+    let mut args = vec![
+        "--dynamic",
+        "--dynamic-namespaces",
+        OPT_IN,
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    args.extend(more);
+    watching_with(c, &own, NODE, &args)
 }
 
 /// Cluster `n`, namespace default opted in, and a daemon with `--dynamic`.
@@ -56,6 +60,33 @@ fn dynamic(n: u8) -> (Cluster, PathBuf, Daemon) {
     namespace(&c, "default", true);
     let (socket, daemon) = dynamic_daemon(&mut c);
     (c, socket, daemon)
+}
+
+/// [`dynamic`], the daemon serving metrics: their address too.
+fn dynamic_with_metrics(n: u8) -> (Cluster, PathBuf, Daemon, SocketAddr) {
+    let mut c = Cluster::new(n);
+    namespace(&c, "default", true);
+    let addr = std::net::TcpListener::bind(METRICS_HOST)
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let addr_arg = addr.to_string();
+    let (socket, daemon) = dynamic_daemon_with(&mut c, &["--metrics-address", &addr_arg]);
+    daemon.wait_for(&format!(
+        "metrics: serving /metrics, /healthz and /readyz on {addr}"
+    ));
+    (c, socket, daemon, addr)
+}
+
+/// The daemon's count of dynamic changes of `result`.
+fn changes(addr: SocketAddr, result: &str) -> f64 {
+    let (status, text) = get(addr, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    sample(
+        &text,
+        &format!("plumb_dynamic_changes_total{{result=\"{result}\"}}"),
+    )
+    .unwrap_or(0.0)
 }
 
 /// A pod's networks annotation set to `networks`, its other annotations kept, as `kubectl
@@ -130,7 +161,7 @@ fn element(n: u8, host: u8) -> Value {
 
 #[test]
 fn a_network_added_to_a_running_pods_annotation_is_attached_and_listed_in_its_status() {
-    let (c, socket, daemon) = dynamic(153);
+    let (c, socket, daemon, metrics) = dynamic_with_metrics(153);
     let uid = c.pod("default", "grow", json!({NETWORKS: "net-a"}));
     holding(&socket, 1);
     let ns = Netns::new();
@@ -160,6 +191,7 @@ fn a_network_added_to_a_running_pods_annotation_is_attached_and_listed_in_its_st
     });
     assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
     assert!(c.node.allocations("net-b").is_empty());
+    assert_eq!(changes(metrics, "applied"), 2.0);
 
     ok(&c.call("DEL", &ns, pod, "g1"));
     c.assert_nothing_left(&ns, "g1");
@@ -219,7 +251,7 @@ fn removing_the_first_of_three_elements_keeps_the_others_and_a_changed_ips_reatt
 
 #[test]
 fn an_invalid_change_or_a_device_backed_network_changes_nothing_and_is_said_once() {
-    let (c, socket, daemon) = dynamic(151);
+    let (c, socket, daemon, metrics) = dynamic_with_metrics(151);
     c.api.put(
         Resource::NetworkAttachmentDefinitions,
         json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
@@ -247,6 +279,7 @@ fn an_invalid_change_or_a_device_backed_network_changes_nothing_and_is_said_once
     let said = daemon.said().matches("change refused").count();
     daemon.wait_for_more("change refused", said);
     assert_eq!(reasons(&c, "firm"), ["ChangeRefused"]);
+    assert!(changes(metrics, "refused") >= 2.0);
     assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
     assert_eq!(c.status_of("default", "firm").unwrap(), status);
 
@@ -365,4 +398,93 @@ fn the_record_keeps_what_a_later_change_needs() {
     let inode = std::fs::metadata(Path::new(&ns.path())).unwrap().ino();
     assert_eq!(basis["netnsInode"], inode);
     ok(&c.call("DEL", &ns, pod, "c1"));
+}
+
+#[test]
+fn a_host_network_pod_and_a_sandbox_whose_netns_is_gone_are_skipped_with_a_log_line() {
+    let (c, socket, daemon) = dynamic(146);
+    c.api.put(
+        Resource::Pods,
+        json!({"metadata": {"namespace": "default", "name": "host",
+                            "annotations": {NETWORKS: "net-a"}},
+               "spec": {"nodeName": NODE, "hostNetwork": true,
+                        "containers": [{"name": "c", "image": "busybox"}]}}),
+    );
+    let uid = c.pod("default", "lost", json!({NETWORKS: "net-a"}));
+    holding(&socket, 2);
+    annotate(&c, "host", "net-a,net-a");
+    daemon.wait_for("pod default/host: its networks annotation changed, but it runs in the host's");
+
+    let ns = Netns::new();
+    let netns = ns.path();
+    let pod = ("default", "lost", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "x1"));
+    // The runtime removed the netns and has not sent DEL yet.
+    drop(ns);
+    annotate(&c, "lost", "net-a,other-ns/net-b@mv1");
+    daemon.wait_for(&format!(
+        "dynamic: pod default/lost (container x1): not changed: its network namespace {} is gone",
+        netns.display()
+    ));
+    assert!(c.node.allocations("net-b").is_empty());
+    ok(&c.call_in("DEL", &netns.display().to_string(), pod, "x1"));
+    c.assert_node_clean("after the DEL");
+}
+
+#[test]
+fn a_failed_attach_is_rolled_back_and_the_status_says_what_the_pod_has_left() {
+    let n = 145;
+    let (c, socket, daemon) = dynamic(n);
+    // A network out of addresses: its bridge is made, then its IPAM fails the ADD (and the
+    // bridge plugin's DEL, which the rollback runs, works).
+    let bridge = Link::bridge(&unique_name("kf"));
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        nad(
+            "default",
+            "full",
+            json!({"cniVersion": "1.0.0", "type": "bridge", "bridge": bridge.name(),
+                   "ipam": {"type": "host-local", "subnet": format!("10.{n}.4.0/30"),
+                            "dataDir": c.node.ipam_dir()}}),
+        ),
+    );
+    let held = c.node.ipam_dir().join("full");
+    std::fs::create_dir_all(&held).unwrap();
+    std::fs::write(held.join(format!("10.{n}.4.2")), "another\neth0").unwrap();
+    let uid = c.pod("default", "frail", json!({NETWORKS: "net-a"}));
+    holding(&socket, 1);
+    let ns = Netns::new();
+    let pod = ("default", "frail", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "b1"));
+    let record = std::fs::read(c.node.record("b1")).unwrap();
+
+    annotate(&c, "frail", "net-a,full");
+    wait_until("the ChangeFailed event", || {
+        reasons(&c, "frail") == ["ChangeFailed"]
+    });
+    daemon.wait_for("change failed");
+    assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
+    assert_eq!(c.node.allocations("full"), [format!("10.{n}.4.2")]);
+    let after: Value =
+        serde_json::from_slice(&std::fs::read(c.node.record("b1")).unwrap()).unwrap();
+    let before: Value = serde_json::from_slice(&record).unwrap();
+    assert_eq!(after["attachments"], before["attachments"]);
+
+    // net-a detached, then full fails: the status lists what is left.
+    annotate(&c, "frail", "full");
+    wait_until("net1 detached and the status following", || {
+        status_interfaces(&c, "frail") == ["eth0"]
+    });
+    assert_eq!(ns.links(), ["lo", "eth0"]);
+    let events = c.events_for("default", "frail");
+    assert!(
+        events.iter().any(|e| {
+            let m = e["message"].as_str().unwrap();
+            m.contains("detached before it: default/net-a (net1)")
+        }),
+        "{events:#?}"
+    );
+    ok(&c.call("DEL", &ns, pod, "b1"));
+    std::fs::remove_file(held.join(format!("10.{n}.4.2"))).unwrap();
+    c.assert_nothing_left(&ns, "b1");
 }

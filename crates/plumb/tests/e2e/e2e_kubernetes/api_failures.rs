@@ -480,8 +480,10 @@ fn granted_by(name: &str) -> std::collections::BTreeSet<(String, String, String)
 #[test]
 fn deploy_rbac_yaml_grants_the_daemons_caches_every_request_they_make_and_nothing_else() {
     // The daemon watching with its own identity: what its caches ask (the node's pods, the
-    // NADs, its Node) is `plumb-daemon`'s; its calls' requests are those of the test below.
+    // NADs, its Node, with --dynamic the opted-in namespaces) is `plumb-daemon`'s; its calls'
+    // requests (and its dynamic changes', made as calls are) are those of the test below.
     let c = Cluster::new(163);
+    let state = c.node.state_dir();
     let socket = c.node.path("run/plumb.sock");
     let own = c.api.write_kubeconfig(
         c.node.path("daemon-kubeconfig"),
@@ -495,14 +497,20 @@ fn deploy_rbac_yaml_grants_the_daemons_caches_every_request_they_make_and_nothin
             own.as_os_str(),
             "--node-name".as_ref(),
             crate::common::cluster::NODE.as_ref(),
+            "--dynamic".as_ref(),
+            "--dynamic-namespaces".as_ref(),
+            "plumb.example/dynamic".as_ref(),
+            "--state-dir".as_ref(),
+            state.as_os_str(),
         ],
         &[],
     );
     daemon.wait_for("caches: Node \"plumb-test-node\" found");
     daemon.wait_for("caches: the pods of plumb-test-node are in");
     daemon.wait_for("caches: the NADs of all namespaces are in");
+    daemon.wait_for("caches: the namespaces of label selector");
     // Their watches are logged once their streams start, after the lists.
-    for what in ["/pods", "/network-attachment-definitions"] {
+    for what in ["/pods", "/network-attachment-definitions", "/namespaces"] {
         c.api
             .wait_for_request(std::time::Duration::from_secs(10), |r| {
                 r.query_param("watch").is_some() && r.path.ends_with(what)
