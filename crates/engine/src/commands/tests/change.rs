@@ -72,6 +72,14 @@ fn basis(config: &serde_json::Value, selection: &str, netns_inode: u64) -> Chang
     }
 }
 
+/// A file standing for the sandbox's netns in `dir`, and its inode.
+fn file_of(dir: &Path) -> (std::path::PathBuf, u64) {
+    let netns = dir.join("netns");
+    std::fs::write(&netns, "").unwrap();
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&netns).unwrap());
+    (netns, inode)
+}
+
 fn never(_: &'static str, _: &CniError) -> bool {
     panic!("nothing is to be reported")
 }
@@ -102,9 +110,7 @@ fn a_pod_whose_annotation_is_the_recorded_one_has_nothing_to_change() {
     let d = tempfile::tempdir().unwrap();
     let (fake, config) = one_fake_network(d.path(), "fake-change", "1.0.0");
     let state = d.path().join("state");
-    let netns = d.path().join("netns");
-    std::fs::write(&netns, "").unwrap();
-    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&netns).unwrap());
+    let (netns, inode) = file_of(d.path());
     recorded(&state, "same", &netns, Some(basis(&config, "net-a", inode)));
     let done = plumb().cmd_change(&state, "same", &pod("net-a"), &never);
     assert_eq!(done.unwrap(), Changed::Nothing);
@@ -118,9 +124,7 @@ fn a_sandbox_whose_netns_is_another_now_is_not_changed() {
     let (fake, config) = one_fake_network(d.path(), "fake-change", "1.0.0");
     let state = d.path().join("state");
     // The path names another file than the one ADD saw (the sandbox gone, its path reused).
-    let netns = d.path().join("netns");
-    std::fs::write(&netns, "").unwrap();
-    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&netns).unwrap());
+    let (netns, inode) = file_of(d.path());
     let records = recorded(
         &state,
         "moved",

@@ -401,7 +401,7 @@ fn the_record_keeps_what_a_later_change_needs() {
 }
 
 #[test]
-fn a_host_network_pod_and_a_sandbox_whose_netns_is_gone_are_skipped_with_a_log_line() {
+fn a_host_network_pod_a_pod_plumb_did_not_attach_and_a_gone_netns_are_skipped_with_a_log_line() {
     let (c, socket, daemon) = dynamic(146);
     c.api.put(
         Resource::Pods,
@@ -411,9 +411,15 @@ fn a_host_network_pod_and_a_sandbox_whose_netns_is_gone_are_skipped_with_a_log_l
                         "containers": [{"name": "c", "image": "busybox"}]}}),
     );
     let uid = c.pod("default", "lost", json!({NETWORKS: "net-a"}));
-    holding(&socket, 2);
+    // A pod plumb attached no sandbox of (Multus did, or it is still being created).
+    c.pod("default", "other", json!({NETWORKS: "net-a"}));
+    holding(&socket, 3);
     annotate(&c, "host", "net-a,net-a");
     daemon.wait_for("pod default/host: its networks annotation changed, but it runs in the host's");
+    annotate(&c, "other", "net-a,net-a");
+    daemon.wait_for(
+        "pod default/other: its networks annotation changed, but plumb attached no sandbox of it",
+    );
 
     let ns = Netns::new();
     let netns = ns.path();
