@@ -173,6 +173,10 @@ impl Cluster for Served {
         self.api().pod(namespace, name, wait)
     }
 
+    fn pod_from_api(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
+        self.api().pod(namespace, name, false)
+    }
+
     fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError> {
         match self.caches.as_ref().and_then(|c| c.nad(r)) {
             Some(nad) => Ok(Some(nad)),

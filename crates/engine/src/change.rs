@@ -8,9 +8,9 @@
 //! whole life: an element that names its interface is the recorded attachment of the same
 //! network with that name; the elements that name none match the other recorded attachments of
 //! their network in order, so removing one never renames or re-attaches the others. A kept
-//! attachment whose `ips`, `mac` or `default-route` changed is detached and attached again under
-//! its name. New attachments get names no interface of the pod has. The default network is never
-//! touched.
+//! attachment whose `ips`, `mac` or `default-route` changed, or that an earlier change did not
+//! finish attaching (`pending`), is detached and attached again under its name. New attachments
+//! get names no interface of the pod has. The default network is never touched.
 
 use std::collections::BTreeSet;
 
@@ -78,7 +78,8 @@ pub fn change(
         }
     }
     let mut detach: Vec<usize> = (0..recorded.len()).filter(|&i| !claimed[i]).collect();
-    // Attached again: a kept attachment whose element asks for other addresses, MAC or routes.
+    // Attached again: a kept attachment whose element asks for other addresses, MAC or routes,
+    // or one an earlier change did not finish.
     let mut again = Vec::new();
     for (p, found) in matched.iter().enumerate() {
         let Some(i) = *found else { continue };
@@ -157,10 +158,13 @@ pub fn change(
 
 /// Whether `planned` asks its attachment for other addresses, another MAC or other default
 /// routes than `recorded` was made with.
+/// Whether the recorded attachment is to be attached again for the planned one: its element
+/// asks for other addresses, MAC or routes, or an earlier change never finished attaching it.
 fn changed(recorded: &RecordedAttachment, planned: &Attachment) -> bool {
-    [capability::IPS, capability::MAC]
-        .iter()
-        .any(|k| recorded.capability_args.get(*k) != planned.capability_args.get(*k))
+    recorded.pending
+        || [capability::IPS, capability::MAC]
+            .iter()
+            .any(|k| recorded.capability_args.get(*k) != planned.capability_args.get(*k))
         || recorded.default_route != planned.default_route
 }
 
@@ -202,6 +206,7 @@ mod tests {
             default: network == "default-net",
             default_route: None,
             device_info_file: None,
+            pending: false,
         }
     }
 
@@ -230,6 +235,32 @@ mod tests {
         ];
         let c = change(&record, &plan, &["lo", "eth0", "net1"]).unwrap();
         assert!(c.is_empty() && c.kept == [0, 1], "{c:?}");
+    }
+
+    #[test]
+    fn an_attachment_an_earlier_change_did_not_finish_is_attached_again_under_its_name() {
+        let mut unfinished = recorded("ns/a", "net2");
+        unfinished.pending = true;
+        let record = [
+            recorded("default-net", "eth0"),
+            recorded("ns/a", "net1"),
+            unfinished,
+        ];
+        let plan = [
+            planned("default-net", "eth0", false),
+            planned("ns/a", "net1", false),
+            planned("ns/a", "net2", false),
+        ];
+        let c = change(&record, &plan, &["lo", "eth0", "net1"]).unwrap();
+        assert_eq!(
+            (c.detach.as_slice(), c.kept.as_slice()),
+            (&[2][..], &[0, 1][..])
+        );
+        assert_eq!(c.attach.len(), 1);
+        assert_eq!(c.attach[0].ifname, "net2");
+        // Not in the selection any more: only detached.
+        let c = change(&record, &plan[..2], &["lo", "eth0", "net1"]).unwrap();
+        assert_eq!((c.detach.as_slice(), c.attach.len()), (&[2][..], 0));
     }
 
     #[test]

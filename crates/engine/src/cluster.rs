@@ -32,6 +32,11 @@ pub trait Cluster {
     ) -> Result<Option<Pod>, CniError> {
         self.pod(namespace, name, wait_for_pod)
     }
+    /// The pod as the API server has it now, never from a cache: what a change of a running
+    /// pod's attachments acts on, once it holds the container's lock.
+    fn pod_from_api(&self, namespace: &str, name: &str) -> Result<Option<Pod>, CniError> {
+        self.pod(namespace, name, false)
+    }
     fn nad(&self, r: &NetworkRef) -> Result<Option<NetworkAttachmentDefinition>, CniError>;
     /// [`Cluster::nad`] of each of `refs`, in their order; the real API asks for them at once
     /// when it can.

@@ -132,6 +132,7 @@ fn recorded(a: &Attachment, container_id: &str, dirs: &DeviceInfoDirs) -> Record
         default: a.is_default,
         default_route: a.default_route.clone(),
         device_info_file,
+        pending: false,
     }
 }
 

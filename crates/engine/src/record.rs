@@ -193,6 +193,10 @@ pub struct RecordedAttachment {
     /// The per-attachment device-info file to remove on DEL (device-info spec).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_info_file: Option<PathBuf>,
+    /// Named by a change of the running pod whose ADD of it has not finished (the daemon
+    /// stopped, or its rollback failed): the next change attaches it again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
 }
 
 /// Everything plumb did to one sandbox.
@@ -239,8 +243,9 @@ pub struct Record {
 #[serde(rename_all = "camelCase")]
 pub struct ChangeBasis {
     /// The pod's `k8s.v1.cni.cncf.io/networks` annotation the recorded attachments follow
-    /// (empty: none): a pod whose annotation is this has nothing to change.
-    pub selection: String,
+    /// (empty: none): a pod whose annotation is this has nothing to change. `None` while a
+    /// change is made, and after one that failed: the next change plans the pod again.
+    pub selection: Option<String>,
     /// The inode of the sandbox's network namespace at ADD: a path that names another
     /// namespace now (the sandbox gone, its path reused) is not acted on.
     pub netns_inode: u64,
@@ -446,6 +451,7 @@ mod tests {
                 default: false,
                 default_route: None,
                 device_info_file: None,
+                pending: false,
             }],
             standalone: false,
             for_changes: None,

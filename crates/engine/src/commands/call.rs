@@ -137,6 +137,11 @@ impl<'a> Call<'a> {
                 &args.container_id,
                 super::LOCK_WAIT_INSTEAD_OF_DAEMON,
             ),
+            Caller::DaemonChange => crate::container_lock::take_for_within(
+                &self.records,
+                &args.container_id,
+                super::LOCK_WAIT_FOR_CHANGE,
+            ),
             _ => crate::container_lock::take_for(
                 &self.records,
                 &args.container_id,
@@ -152,7 +157,9 @@ impl<'a> Call<'a> {
                 // daemon.
                 match caller {
                     Caller::ThisProcess | Caller::InsteadOfDaemon => turn.share_with_children(),
-                    Caller::Forwarded { .. } => turn.share_with_this_threads_plugins(),
+                    Caller::Forwarded { .. } | Caller::DaemonChange => {
+                        turn.share_with_this_threads_plugins()
+                    }
                 }
                 .map_err(crate::container_lock::NoTurn::Failed)?;
                 Ok(turn)
@@ -248,11 +255,13 @@ impl<'a> Call<'a> {
             return None;
         }
         Some(ChangeBasis {
-            selection: (pod.annotations.get(netattach::NETWORKS_ANNOTATION))
-                .cloned()
-                .unwrap_or_default(),
+            selection: Some(
+                (pod.annotations.get(netattach::NETWORKS_ANNOTATION))
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
             netns_inode: std::fs::metadata(&args.netns).ok()?.ino(),
-            config: Value::Object(args.config.clone()),
+            config: Value::Object(without_pod_annotations(&args.config)),
             cni_path: args.path.clone(),
         })
     }
@@ -368,4 +377,17 @@ impl<'a> Call<'a> {
             self.log.error(&format!("could not record an event: {ev}"));
         }
     }
+}
+
+/// `config` without the runtime's copy of the pod's annotations (`runtimeConfig`'s
+/// [`POD_ANNOTATIONS_CAPABILITY`]): a change plans from the pod as it is then, and every
+/// annotation of the pod would make each record larger for nothing.
+fn without_pod_annotations(
+    config: &serde_json::Map<String, Value>,
+) -> serde_json::Map<String, Value> {
+    let mut config = config.clone();
+    if let Some(Value::Object(rc)) = config.get_mut("runtimeConfig") {
+        rc.remove(POD_ANNOTATIONS_CAPABILITY);
+    }
+    config
 }

@@ -16,10 +16,9 @@ use serde_json::Value;
 use super::call::Call;
 use super::{Plumb, who};
 use crate::change::change;
-use crate::devices::KubeletDevices;
 use crate::execute::{Added, Sandbox};
 use crate::plan::Pod;
-use crate::record::{ChangeBasis, Record, RecordStore};
+use crate::record::{ChangeBasis, Record, RecordStore, RecordedAttachment};
 
 /// What became of a change.
 #[derive(Debug, PartialEq)]
@@ -42,8 +41,9 @@ pub type Report<'r> = &'r dyn Fn(&'static str, &CniError) -> bool;
 
 impl Plumb<'_> {
     /// Changes sandbox `container_id`'s attachments, recorded in `state_dir`, to follow `pod`'s
-    /// annotation. An error is said on the pod as an event when `report` (given the event's
-    /// reason) says so: a change retried with the same failure is said once.
+    /// annotation (as the daemon's cache holds it; under the container's lock the API server's
+    /// pod is what is acted on). An error is said on the pod as an event when `report` (given
+    /// the event's reason) says so: a change retried with the same failure is said once.
     pub fn cmd_change(
         &self,
         state_dir: &Path,
@@ -51,19 +51,24 @@ impl Plumb<'_> {
         pod: &Pod,
         report: Report<'_>,
     ) -> Result<Changed, CniError> {
-        let selection = (pod.annotations.get(netattach::NETWORKS_ANNOTATION))
-            .cloned()
-            .unwrap_or_default();
         let records = RecordStore::new(state_dir);
         let (record, basis) = match recorded(&records, container_id)? {
             Ok(found) => found,
             Err(why) => return Ok(Changed::Skipped(why)),
         };
-        if basis.selection == selection {
+        if basis.selection.as_ref() == Some(&selection_of(pod)) {
             return Ok(Changed::Nothing);
         }
         let args = add_request(&record, &basis)?;
         let call = self.call(&args)?;
+        if call.config.state_dir != state_dir {
+            return Ok(Changed::Skipped(format!(
+                "the configuration it was attached with keeps its records in plumbStateDir {}, \
+                 not in {} (the daemon's --state-dir)",
+                call.config.state_dir.display(),
+                state_dir.display()
+            )));
+        }
         let turn = call.turn(&args, &self.caller, "CHANGE")?;
         // Again under the lock: the sandbox's DEL, or another daemon's change, may have come
         // first.
@@ -78,7 +83,18 @@ impl Plumb<'_> {
             }
         };
         let _turn = turn;
-        if basis.selection == selection {
+        // The pod as it is now: the cache may be behind (another daemon, during a rollout,
+        // may have made a later change already).
+        let pod = match call.try_cluster()? {
+            Some(cluster) => match cluster.pod_from_api(&pod.namespace, &pod.name)? {
+                Some(now) if now.uid == pod.uid => now,
+                _ => return Ok(Changed::Skipped("the pod is gone from the API".into())),
+            },
+            None => pod.clone(),
+        };
+        let pod = &pod;
+        let selection = selection_of(pod);
+        if basis.selection.as_ref() == Some(&selection) {
             return Ok(Changed::Nothing);
         }
         let ours = std::fs::metadata(&record.netns).is_ok_and(|m| m.ino() == basis.netns_inode);
@@ -97,26 +113,15 @@ impl Plumb<'_> {
             }
             e
         };
-        // network-status of what the netns holds, the record as the change left it.
-        let write_status = |added: &[Added]| -> Result<(), CniError> {
-            let Some((cluster, pod)) = call.pod_to_write(Some(pod)) else {
-                return Ok(());
-            };
-            let record = records
-                .load(container_id)?
-                .unwrap_or_else(|| record.clone());
-            let in_netns = self.routes.interfaces(Path::new(&record.netns))?;
-            let status = status_of(&call, &record, added, &in_netns);
-            cluster.set_network_status(pod, &status)
-        };
         let in_netns = self
             .routes
             .interfaces(Path::new(&record.netns))
             .map_err(|e| said("ChangeFailed", e))?;
-        let devices = KubeletDevices::new(&*call.kubelet);
+        // Without the kubelet's devices: those of the attachments kept are in their recorded
+        // configuration, and a device-backed network new to the pod is refused (`change`).
         let plan = call
-            .plan(Some(pod), &args.ifname, Some(&devices))
-            .map_err(|e| said("ChangeRefused", e))?;
+            .plan(Some(pod), &args.ifname, None)
+            .map_err(|e| said(refused_or_failed(&e), e))?;
         let names: Vec<&str> = in_netns.iter().map(String::as_str).collect();
         let todo = change(&record.attachments, &plan.attachments, &names).map_err(|why| {
             said(
@@ -127,32 +132,54 @@ impl Plumb<'_> {
                 ),
             )
         })?;
-        let sandbox = Sandbox {
-            container_id: container_id.to_string(),
-            ..Sandbox::default()
-        };
-        let exec = self.executor(&call);
-        let added = exec.apply_change(&sandbox, &todo).map_err(|e| {
-            // What was detached before the failure is gone from the pod: its status says so.
-            let e = match todo.detach.is_empty() {
-                true => e,
-                false => match write_status(&[]) {
-                    Ok(()) => e,
-                    Err(w) => {
-                        e.add_details(format!("and network-status could not be written: {w}"))
-                    }
-                },
-            };
-            said("ChangeFailed", e)
-        })?;
-        for a in added.iter().flat_map(|a| &a.warnings) {
-            call.log.error(a);
-        }
         let detached: Vec<String> = (todo.detach.iter())
             .map(|&i| &record.attachments[i])
             .map(|a| format!("{} ({})", a.ifname, a.network))
             .collect();
-        let attached: Vec<String> = added.iter().map(describe_added).collect();
+        // The attachments no longer follow any annotation until the change is done: one that
+        // fails part-way, or a daemon stopped in the middle, leaves the next change to plan
+        // the pod again, whatever its annotation is then.
+        if !todo.is_empty() {
+            records.save(&Record {
+                for_changes: Some(ChangeBasis {
+                    selection: None,
+                    ..basis.clone()
+                }),
+                ..record.clone()
+            })?;
+        }
+        let write_status = |added: &[Added]| -> Result<(), CniError> {
+            let Some((cluster, pod)) = call.pod_to_write(Some(pod)) else {
+                return Ok(());
+            };
+            let record = records
+                .load(container_id)?
+                .unwrap_or_else(|| record.clone());
+            cluster.set_network_status(pod, &status_of(&call, &record, added))
+        };
+        let sandbox = Sandbox {
+            container_id: container_id.to_string(),
+            ..Sandbox::default()
+        };
+        let added = self
+            .executor(&call)
+            .apply_change(&sandbox, &todo)
+            .map_err(|e| {
+                // What was detached before the failure is gone from the pod: its status says so.
+                let e = match todo.detach.is_empty() {
+                    true => e,
+                    false => match write_status(&[]) {
+                        Ok(()) => e,
+                        Err(w) => {
+                            e.add_details(format!("and network-status could not be written: {w}"))
+                        }
+                    },
+                };
+                said("ChangeFailed", e)
+            })?;
+        for a in added.iter().flat_map(|a| &a.warnings) {
+            call.log.error(a);
+        }
         write_status(&added).map_err(|e| {
             said(
                 "ChangeFailed",
@@ -163,12 +190,16 @@ impl Plumb<'_> {
         // attachments already as they should be.
         let record = records.load(container_id)?.unwrap_or(record);
         records.save(&Record {
-            for_changes: Some(ChangeBasis { selection, ..basis }),
+            for_changes: Some(ChangeBasis {
+                selection: Some(selection),
+                ..basis
+            }),
             ..record
         })?;
         if todo.is_empty() {
             return Ok(Changed::Nothing);
         }
+        let attached: Vec<String> = added.iter().map(describe_added).collect();
         let message = changed_message(&detached, &attached);
         call.log
             .verbose(&format!("{}: {message}", who(&call.pod_args, container_id)));
@@ -261,41 +292,58 @@ fn changed_message(detached: &[String], attached: &[String]) -> String {
     format!("networks annotation changed: {}", parts.join("; "))
 }
 
-/// network-status (multi-net spec §5) of `record`'s attachments whose interface is in the
-/// netns: the results of those just added, the others' from the result cache.
-fn status_of(call: &Call, record: &Record, added: &[Added], in_netns: &[String]) -> String {
-    let cached: Vec<_> = (record.attachments.iter())
+/// network-status (multi-net spec §5) of `record`'s attachments, as the change left them: the
+/// results of those just added, the others' from the result cache. Every recorded attachment,
+/// also one with no interface in the netns (a device bound to a userspace driver).
+fn status_of(call: &Call, record: &Record, added: &[Added]) -> String {
+    let entries: Vec<_> = (record.attachments.iter())
         .map(|a| {
-            let name = a.config.get("name").and_then(Value::as_str)?;
-            let version = a.config.get("cniVersion").and_then(Value::as_str)?;
-            let version = cni::Version::parse(version).ok()?;
-            (call.cni.cache)
-                .cached_result(name, &record.container_id, &a.ifname, version)
-                .ok()
-                .flatten()
-        })
-        .collect();
-    let device_info: Vec<_> = (record.attachments.iter())
-        .map(|a| {
-            let file = a.device_info_file.as_deref()?;
-            netattach::device_info_files::read(file).ok().flatten()
-        })
-        .collect();
-    let entries: Vec<_> = (record.attachments.iter().enumerate())
-        .filter(|(_, a)| in_netns.contains(&a.ifname))
-        .map(|(i, a)| {
             let new = added.iter().find(|n| n.attachment.ifname == a.ifname);
+            let cached = match new {
+                Some(_) => None,
+                None => cached_result(call, record, a),
+            };
+            let device_info = match new {
+                Some(n) => n.device_info.clone(),
+                None => (a.device_info_file.as_deref())
+                    .and_then(|f| netattach::device_info_files::read(f).ok().flatten()),
+            };
             netattach::status::build(&StatusInput {
                 name: &a.network,
-                result: new.map(|n| &n.result).or(cached[i].as_ref()),
+                result: new.map(|n| &n.result).or(cached.as_ref()),
                 ifname: &a.ifname,
                 is_default: a.default,
                 default_route: a.default_route.as_deref(),
-                device_info: new
-                    .and_then(|n| n.device_info.as_ref())
-                    .or(device_info[i].as_ref()),
+                device_info: device_info.as_ref(),
             })
         })
         .collect();
     netattach::status::to_annotation(&entries)
+}
+
+/// The result the attachment's ADD cached (in the version of its configuration).
+fn cached_result(call: &Call, record: &Record, a: &RecordedAttachment) -> Option<cni::CniResult> {
+    let name = a.config.get("name").and_then(Value::as_str)?;
+    let version = a.config.get("cniVersion").and_then(Value::as_str)?;
+    let version = cni::Version::parse(version).ok()?;
+    (call.cni.cache)
+        .cached_result(name, &record.container_id, &a.ifname, version)
+        .ok()
+        .flatten()
+}
+
+/// The pod's networks annotation (empty: none).
+fn selection_of(pod: &Pod) -> String {
+    (pod.annotations.get(netattach::NETWORKS_ANNOTATION))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The event's reason for a plan that failed: refused when the new selection itself is at
+/// fault, failed when the API server or the node could not answer (tried again).
+fn refused_or_failed(e: &CniError) -> &'static str {
+    match e.kind() {
+        ErrorCode::TryAgainLater | ErrorCode::Io | ErrorCode::Internal => "ChangeFailed",
+        _ => "ChangeRefused",
+    }
 }

@@ -34,6 +34,9 @@ pub use gc::STAGED_FILE_MAX_AGE;
 /// container's turn: the kubelet tries again after code 11, by when the daemon may be back.
 pub const LOCK_WAIT_INSTEAD_OF_DAEMON: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// How long a change of a running pod's attachments waits for its container's turn.
+pub const LOCK_WAIT_FOR_CHANGE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The runtime's capability for handing a plugin the pod's annotations (containerd and CRI-O
 /// fill it for plugins that declare it), which spares the pod GET.
 pub const POD_ANNOTATIONS_CAPABILITY: &str = "io.kubernetes.cri.pod-annotations";
@@ -57,6 +60,10 @@ pub enum Caller {
     /// runs for the container holds its lock for as long as the daemon stays stopped, so the
     /// wait for it is bounded ([`LOCK_WAIT_INSTEAD_OF_DAEMON`], then code 11).
     InsteadOfDaemon,
+    /// The daemon changes a running pod's attachments (`--dynamic`): the container's turn is
+    /// waited for up to [`LOCK_WAIT_FOR_CHANGE`], then the change is tried again later, so that
+    /// one container's long call does not hold back every other pod's change.
+    DaemonChange,
     /// The daemon runs it for the plugin process that forwarded it.
     Forwarded {
         /// Its pid (`SO_PEERCRED`), when known.
@@ -74,6 +81,7 @@ impl Caller {
     pub fn pid(&self) -> Option<u32> {
         match self {
             Caller::ThisProcess | Caller::InsteadOfDaemon => Some(std::process::id()),
+            Caller::DaemonChange => None,
             Caller::Forwarded { pid, .. } => *pid,
         }
     }
@@ -84,7 +92,7 @@ impl Caller {
     /// runtime killed the plugin, already done) could otherwise run first.
     fn abandoned(&self) -> bool {
         match self {
-            Caller::ThisProcess | Caller::InsteadOfDaemon => false,
+            Caller::ThisProcess | Caller::InsteadOfDaemon | Caller::DaemonChange => false,
             Caller::Forwarded {
                 connection,
                 abandoned,

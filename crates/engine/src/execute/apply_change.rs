@@ -10,7 +10,8 @@ impl Executor<'_> {
     /// Applies `change`, computed from the sandbox's record as it is on disk: the new
     /// attachments' plugins found (else nothing is done), the DEL of each detached attachment in the order given, the record rewritten without it; then the new
     /// attachments named in the record (durably) before any of their delegates runs, ADD of
-    /// each in order, and the default route of one that asks for it. A failed ADD rolls back
+    /// each in order, and the default route of one that asks for it; then they are no longer
+    /// pending in the record ([`RecordedAttachment::pending`]). A failed ADD rolls back
     /// what this change attached (the detaches stay done, and are said) and returns its error.
     /// Returns what each ADD gave.
     pub fn apply_change(&self, sandbox: &Sandbox, change: &Change) -> Result<Vec<Added>, CniError> {
@@ -68,7 +69,12 @@ impl Executor<'_> {
         }
         let kept = record.attachments.len();
         let coming = self.recorded(&sandbox.container_id, &change.attach);
-        record.attachments.extend(coming.iter().cloned());
+        // Pending until every ADD of the change is done: a daemon stopped before then leaves
+        // them for the next change to attach again, not to take as attached.
+        (record.attachments).extend(coming.iter().map(|a| RecordedAttachment {
+            pending: true,
+            ..a.clone()
+        }));
         self.records.save(&record).map_err(detached)?;
         let mut added = Vec::with_capacity(m);
         for (i, a) in change.attach.iter().enumerate() {
@@ -112,6 +118,10 @@ impl Executor<'_> {
                 )));
             }
         }
+        for a in &mut record.attachments[kept..] {
+            a.pending = false;
+        }
+        self.records.save(&record)?;
         Ok(added)
     }
 

@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cni::error::{CniError, ErrorCode};
@@ -30,6 +30,11 @@ const RETRY_MAX: Duration = Duration::from_secs(300);
 
 /// How long the thread waits for a change before it looks again (for the caches to come in).
 const LOOK_EVERY: Duration = Duration::from_secs(30);
+
+/// How often every pod plumb attached is looked at, changed or not: an edit made while its
+/// sandbox's ADD had read the pod but not recorded it yet is handed on before there is a
+/// sandbox to change, and found this way.
+const LOOK_AT_ALL_EVERY: Duration = Duration::from_secs(120);
 
 /// A pod's namespace and name.
 type PodKey = (String, String);
@@ -68,6 +73,7 @@ struct Dynamic {
 }
 
 /// A change that failed: tried again at `due`, unless the annotation changes first.
+#[derive(Clone)]
 struct Failing {
     pod: PodKey,
     /// The annotation it failed for.
@@ -81,15 +87,20 @@ struct Failing {
 impl Dynamic {
     fn run(mut self) {
         let mut all = true;
+        let mut all_last = Instant::now();
         let mut changed = BTreeSet::new();
         let mut said_waiting = false;
         loop {
             let now = Instant::now();
-            let wait = (self.failing.values())
-                .map(|f| f.due.saturating_duration_since(now))
-                .min()
-                .unwrap_or(LOOK_EVERY)
-                .min(LOOK_EVERY);
+            // A failed change due, only once the caches are in (until then it cannot be made).
+            let wait = match said_waiting {
+                true => LOOK_EVERY,
+                false => (self.failing.values())
+                    .map(|f| f.due.saturating_duration_since(now))
+                    .min()
+                    .unwrap_or(LOOK_EVERY)
+                    .min(LOOK_EVERY),
+            };
             let c = self.caches.wait_for_changes(wait);
             all |= c.all;
             changed.extend(c.pods);
@@ -107,6 +118,9 @@ impl Dynamic {
             }
             said_waiting = false;
             let now = Instant::now();
+            if now.duration_since(all_last) >= LOOK_AT_ALL_EVERY {
+                all = true;
+            }
             let due = self.failing.values().any(|f| f.due <= now);
             if !all && changed.is_empty() && !due {
                 continue;
@@ -127,6 +141,7 @@ impl Dynamic {
                 .map(|f| f.pod.clone())
                 .collect();
             if std::mem::take(&mut all) {
+                all_last = now;
                 look.extend(sandboxes.keys().cloned());
             }
             let changed = std::mem::take(&mut changed);
@@ -165,6 +180,15 @@ impl Dynamic {
     /// opted in. Why it is not is said only for a pod whose annotation just `changed`.
     fn look_at(&mut self, key: &PodKey, found: &[(String, String)], changed: bool) {
         let (namespace, name) = key;
+        // Its failed changes are kept only when it is changed now (`change` puts them back):
+        // one left here for a pod not to be changed would be due again at once, for ever.
+        let ids: Vec<String> = (self.failing.iter())
+            .filter(|(_, f)| f.pod == *key)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut failed: BTreeMap<String, Failing> = (ids.into_iter())
+            .filter_map(|id| Some((id.clone(), self.failing.remove(&id)?)))
+            .collect();
         // Gone from the cache: deleted, and its sandbox's DEL undoes the rest.
         let Some(pod) = self.caches.cached_pod(namespace, name) else {
             return;
@@ -198,21 +222,24 @@ impl Dynamic {
             return skipped("plumb attached no sandbox of it on this node");
         }
         for id in ids {
-            self.change(key, id, &pod);
+            let before = failed.remove(id);
+            self.change(key, id, &pod, before);
         }
     }
 
     /// Changes sandbox `id` of `pod` to follow its annotation, unless a failed change of the
-    /// same annotation is not due yet.
-    fn change(&mut self, key: &PodKey, id: &str, pod: &CachedPod) {
+    /// same annotation (`before`) is not due yet.
+    fn change(&mut self, key: &PodKey, id: &str, pod: &CachedPod, before: Option<Failing>) {
         let pod = pod.to_pod();
         let selection = (pod.annotations.get(netattach::NETWORKS_ANNOTATION))
             .cloned()
             .unwrap_or_default();
-        let before = self.failing.get(id).filter(|f| f.selection == selection);
-        if before.is_some_and(|f| f.due > Instant::now()) {
+        let before = before.filter(|f| f.selection == selection);
+        if let Some(f) = before.as_ref().filter(|f| f.due > Instant::now()) {
+            self.failing.insert(id.to_string(), f.clone());
             return;
         }
+        let before = before.as_ref();
         let reported = before.and_then(|f| f.reported.clone());
         let attempts = before.map_or(0, |f| f.attempts);
         let said_now: RefCell<Option<(&'static str, String)>> = RefCell::new(None);
@@ -225,11 +252,7 @@ impl Dynamic {
         let plugin = Plumb {
             routes: &NetlinkRoutes,
             connect: &self.shared.connect,
-            caller: Caller::Forwarded {
-                pid: None,
-                connection: None,
-                abandoned: Arc::new(AtomicBool::new(false)),
-            },
+            caller: Caller::DaemonChange,
         };
         let done = {
             let _counted = Counted::new(&self.shared.running);
@@ -304,14 +327,15 @@ impl Drop for Counted<'_> {
 }
 
 /// Why `selector` is not a label selector the API server takes (`key`, `!key`, `key=value`,
-/// `key==value`, `key!=value`, `key in (a,b)`, `key notin (a,b)`, joined by commas); checked at
-/// start, so that a mistyped one stops the daemon rather than failing its watch for ever.
+/// `key==value`, `key!=value`, `key in (a,b)`, `key notin (a,b)`, `key>1`, `key<1`, joined by
+/// commas); checked at start, so that a mistyped one stops the daemon rather than failing its
+/// watch for ever.
 pub(super) fn selector_problem(selector: &str) -> Option<String> {
-    let mut rest = selector.trim();
-    if rest.is_empty() {
+    if selector.trim().is_empty() {
         return Some("it is empty: it would select every namespace".into());
     }
-    while !rest.is_empty() {
+    let mut rest = selector;
+    loop {
         // One requirement: up to a comma outside parentheses.
         let mut depth = 0;
         let end = rest
@@ -324,36 +348,58 @@ pub(super) fn selector_problem(selector: &str) -> Option<String> {
                 }
                 c == ',' && depth == 0
             })
-            .map_or(rest.len(), |(i, _)| i);
-        let requirement = rest[..end].trim();
-        rest = rest.get(end + 1..).unwrap_or("").trim_start();
+            .map(|(i, _)| i);
+        let requirement = rest[..end.unwrap_or(rest.len())].trim();
         if let Some(why) = requirement_problem(requirement) {
             return Some(format!("{requirement:?}: {why}"));
         }
+        match end {
+            Some(i) => rest = &rest[i + 1..],
+            None => return None,
+        }
     }
-    None
 }
 
 fn requirement_problem(r: &str) -> Option<String> {
+    if r.is_empty() {
+        return Some("an empty requirement (a comma too many)".into());
+    }
     if let Some(key) = r.strip_prefix('!') {
         return key_problem(key.trim());
     }
+    let is_key = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/');
+    let key_end = r.find(|c: char| !is_key(c)).unwrap_or(r.len());
+    let (key, rest) = (&r[..key_end], r[key_end..].trim_start());
+    if let Some(why) = key_problem(key) {
+        return Some(why);
+    }
+    if rest.is_empty() {
+        return None;
+    }
     for op in ["==", "!=", "="] {
-        if let Some((key, value)) = r.split_once(op) {
-            return key_problem(key.trim()).or_else(|| value_problem(value.trim()));
+        if let Some(value) = rest.strip_prefix(op) {
+            return value_problem(value.trim());
         }
     }
-    for op in [" notin ", " in "] {
-        if let Some((key, values)) = r.split_once(op) {
-            let values = values.trim();
-            let Some(inner) = values.strip_prefix('(').and_then(|v| v.strip_suffix(')')) else {
-                return Some("the values of `in` and `notin` go in parentheses".into());
-            };
-            return key_problem(key.trim())
-                .or_else(|| inner.split(',').find_map(|v| value_problem(v.trim())));
+    for op in [">", "<"] {
+        if let Some(value) = rest.strip_prefix(op) {
+            return (value.trim().parse::<i64>().is_err())
+                .then(|| format!("{op} takes a whole number, not {:?}", value.trim()));
         }
     }
-    key_problem(r)
+    for op in ["notin", "in"] {
+        let Some(values) = rest.strip_prefix(op) else {
+            continue;
+        };
+        let values = values.trim_start();
+        let Some(inner) = values.strip_prefix('(').and_then(|v| v.strip_suffix(')')) else {
+            return Some(format!("the values of `{op}` go in parentheses"));
+        };
+        return inner.split(',').find_map(|v| value_problem(v.trim()));
+    }
+    Some(format!(
+        "{rest:?} is not an operator (=, ==, !=, in, notin, <, >)"
+    ))
 }
 
 /// A label key: an optional DNS subdomain prefix and `/`, then a name of up to 63 characters.
@@ -402,6 +448,9 @@ mod tests {
             "team in (a, b),plumb.io/dynamic==yes",
             "env notin (prod)",
             "a!=b",
+            "team in(a,b)",
+            "tier>1, tier<5",
+            "a=",
         ] {
             assert_eq!(selector_problem(good), None, "{good}");
         }
@@ -412,6 +461,10 @@ mod tests {
             "=x",
             "Bad_Prefix/x=y",
             "a=-x",
+            "plumb.io/dynamic=true,",
+            "a,,b",
+            "a>b",
+            "a ~ b",
         ] {
             assert!(selector_problem(bad).is_some(), "{bad:?}");
         }

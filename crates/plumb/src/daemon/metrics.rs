@@ -94,7 +94,8 @@ impl Default for Metrics {
         registry.register(
             "plumb_dynamic_changes",
             "Changes of running pods' attachments (--dynamic), by result: applied, refused \
-             (the new annotation cannot be applied) or failed (rolled back)",
+             (the new annotation cannot be applied) or failed (what it attached rolled back, or \
+             the pod's network-status not written)",
             dynamic_changes.clone(),
         );
         Metrics {

@@ -55,6 +55,7 @@ fn recorded(state: &Path, id: &str, netns: &Path, basis: Option<ChangeBasis>) ->
                 default: false,
                 default_route: None,
                 device_info_file: None,
+                pending: false,
             }],
             standalone: false,
             for_changes: basis,
@@ -65,7 +66,7 @@ fn recorded(state: &Path, id: &str, netns: &Path, basis: Option<ChangeBasis>) ->
 
 fn basis(config: &serde_json::Value, selection: &str, netns_inode: u64) -> ChangeBasis {
     ChangeBasis {
-        selection: selection.into(),
+        selection: Some(selection.into()),
         netns_inode,
         config: config.clone(),
         cni_path: Vec::new(),
