@@ -2,8 +2,8 @@
 //! annotation (dynamic attachments; the multi-net spec leaves how a running pod's attachments
 //! change to implementations, its open question 2). The daemon asks for it with the pod as its
 //! cache holds it; the change runs as the sandbox's ADD would have (the configuration, CNI_ARGS
-//! and CNI_PATH its record keeps), under the container's lock, then network-status is written
-//! with what the netns holds (§5).
+//! and CNI_PATH its record keeps), under the container's lock, on the pod as the API server has
+//! it then, and network-status is written with every attachment the sandbox has (§5).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
