@@ -138,7 +138,11 @@ fn node(state_dir: &std::path::Path, out: &mut dyn Write) -> Result<(), CniError
                 },
                 r.netns.clone(),
                 (r.attachments.iter())
-                    .map(|a| format!("{}:{}", a.ifname, a.network))
+                    .map(|a| match a.pending {
+                        // A change of the running pod did not finish it (`--dynamic`).
+                        true => format!("{}:{}(pending)", a.ifname, a.network),
+                        false => format!("{}:{}", a.ifname, a.network),
+                    })
                     .collect::<Vec<_>>()
                     .join(","),
             ],
@@ -189,4 +193,53 @@ fn table<const N: usize>(
     }
     out.write_all(text.as_bytes())
         .map_err(|e| CniError::new(ErrorCode::Io, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use plumb_engine::record::{RECORD_VERSION, Record, RecordStore, RecordedAttachment};
+
+    fn attachment(network: &str, ifname: &str, pending: bool) -> RecordedAttachment {
+        RecordedAttachment {
+            network: network.into(),
+            ifname: ifname.into(),
+            config: serde_json::json!({"cniVersion": "1.0.0", "name": "n", "plugins": []}),
+            network_config: None,
+            capability_args: Default::default(),
+            default: ifname == "eth0",
+            default_route: None,
+            device_info_file: None,
+            pending,
+        }
+    }
+
+    #[test]
+    fn the_node_list_marks_an_attachment_a_change_did_not_finish() {
+        let d = tempfile::tempdir().unwrap();
+        RecordStore::new(d.path())
+            .save(&Record {
+                version: RECORD_VERSION,
+                container_id: "c1".into(),
+                netns: "/run/netns/p".into(),
+                pod_namespace: "default".into(),
+                pod_name: "web".into(),
+                pod_uid: "u".into(),
+                cni_args: Vec::new(),
+                attachments: vec![
+                    attachment("kube-system/default-net", "eth0", false),
+                    attachment("default/net-a", "net1", true),
+                ],
+                standalone: false,
+                for_changes: None,
+            })
+            .unwrap();
+        let mut out = Vec::new();
+        super::node(d.path(), &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("eth0:kube-system/default-net,net1:default/net-a(pending)"),
+            "{out}"
+        );
+        assert!(out.contains("1 sandboxes attached by plumb"), "{out}");
+    }
 }
