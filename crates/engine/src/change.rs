@@ -132,15 +132,13 @@ pub fn change(
                 (in_use.iter().map(String::as_str)).chain(had.iter().copied()),
             ),
         };
-        if a.resource.is_some() || a.device.is_some() {
+        // A device-plugin resource (the plan asked the kubelet): not a marker resource no
+        // device plugin offers (KubeVirt's bridge markers), nor a device the element names.
+        if let Some(resource) = a.device.as_ref().and_then(|d| d.resource.as_deref()) {
             return Err(format!(
-                "network {} is backed by a device plugin{}: a running pod cannot get its \
-                 device (the kubelet allocates devices when it admits a pod)",
+                "network {} is backed by a device plugin (resourceName {resource}): a running \
+                 pod cannot get its device (the kubelet allocates devices when it admits a pod)",
                 a.network,
-                a.resource
-                    .as_deref()
-                    .map(|r| format!(" (resourceName {r})"))
-                    .unwrap_or_default()
             ));
         }
         in_use.insert(ifname.clone());
@@ -374,11 +372,38 @@ mod tests {
         let record = [recorded("default-net", "eth0")];
         let mut sriov = planned("ns/sriov", "net1", false);
         sriov.resource = Some("intel.com/sriov".into());
-        let plan = [planned("default-net", "eth0", false), sriov];
+        sriov.device = Some(crate::plan::Device {
+            id: "0000:03:00.2".into(),
+            resource: sriov.resource.clone(),
+        });
+        let plan = [planned("default-net", "eth0", false), sriov.clone()];
         let e = change(&record, &plan, &["lo", "eth0"]).unwrap_err();
         assert!(
             e.contains("ns/sriov") && e.contains("intel.com/sriov"),
             "{e}"
+        );
+        // A resource no device plugin offers (a marker), or a device the element names: made.
+        sriov.device = None;
+        let plan = [planned("default-net", "eth0", false), sriov.clone()];
+        assert_eq!(
+            change(&record, &plan, &["lo", "eth0"])
+                .unwrap()
+                .attach
+                .len(),
+            1
+        );
+        sriov.resource = None;
+        sriov.device = Some(crate::plan::Device {
+            id: "0000:03:00.2".into(),
+            resource: None,
+        });
+        let plan = [planned("default-net", "eth0", false), sriov];
+        assert_eq!(
+            change(&record, &plan, &["lo", "eth0"])
+                .unwrap()
+                .attach
+                .len(),
+            1
         );
         // A container made an interface of that name.
         let plan = [

@@ -16,6 +16,7 @@ use serde_json::Value;
 use super::call::Call;
 use super::{Plumb, who};
 use crate::change::change;
+use crate::devices::KubeletDevices;
 use crate::execute::{Added, Sandbox};
 use crate::plan::Pod;
 use crate::record::{ChangeBasis, Record, RecordStore, RecordedAttachment};
@@ -34,10 +35,11 @@ pub enum Changed {
     },
 }
 
-/// Why a change did not happen, for the event that says so: `ChangeRefused` (the new
-/// selection cannot be planned or changed to: nothing was done) or `ChangeFailed` (running it
-/// failed: what it attached was rolled back, or network-status could not be written).
-pub type Report<'r> = &'r dyn Fn(&'static str, &CniError) -> bool;
+/// Why a change of the pod to the annotation given first did not happen, for the event that
+/// says so: `ChangeRefused` (the new selection cannot be planned or changed to: nothing was
+/// done) or `ChangeFailed` (running it failed: what it attached was rolled back, the API server
+/// did not answer, or network-status could not be written). Whether to send the event.
+pub type Report<'r> = &'r dyn Fn(&str, &'static str, &CniError) -> bool;
 
 impl Plumb<'_> {
     /// Changes sandbox `container_id`'s attachments, recorded in `state_dir`, to follow `pod`'s
@@ -108,7 +110,7 @@ impl Plumb<'_> {
         let said = |reason: &'static str, e: CniError| {
             let who = who(&call.pod_args, container_id);
             call.log.error(&format!("{reason}: {who}: {e}"));
-            if report(reason, &e) {
+            if report(&selection, reason, &e) {
                 call.warn_pod(Some(pod), reason, &e);
             }
             e
@@ -117,10 +119,11 @@ impl Plumb<'_> {
             .routes
             .interfaces(Path::new(&record.netns))
             .map_err(|e| said("ChangeFailed", e))?;
-        // Without the kubelet's devices: those of the attachments kept are in their recorded
-        // configuration, and a device-backed network new to the pod is refused (`change`).
+        // With the kubelet's devices, so that a resource no device plugin offers (a marker) is
+        // told from a device plugin's, whose network `change` refuses for a running pod.
+        let devices = KubeletDevices::new(&*call.kubelet);
         let plan = call
-            .plan(Some(pod), &args.ifname, None)
+            .plan(Some(pod), &args.ifname, Some(&devices))
             .map_err(|e| said(refused_or_failed(&e), e))?;
         let names: Vec<&str> = in_netns.iter().map(String::as_str).collect();
         let todo = change(&record.attachments, &plan.attachments, &names).map_err(|why| {

@@ -132,6 +132,9 @@ impl Dynamic {
                         "dynamic: {e}; looking again in {} s",
                         LOOK_EVERY.as_secs()
                     ));
+                    for f in self.failing.values_mut() {
+                        f.due = f.due.max(now + LOOK_EVERY);
+                    }
                     continue;
                 }
             };
@@ -213,7 +216,8 @@ impl Dynamic {
         if pod.host_network {
             return skipped("it runs in the host's network namespace");
         }
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        // The UID the runtime gave the sandbox: a static pod's, not its mirror's.
+        let uid = pod.sandbox_uid().unwrap_or_default();
         let ids: Vec<&String> = (found.iter())
             .filter(|(_, u)| u == uid)
             .map(|(id, _)| id)
@@ -242,11 +246,13 @@ impl Dynamic {
         let before = before.as_ref();
         let reported = before.and_then(|f| f.reported.clone());
         let attempts = before.map_or(0, |f| f.attempts);
-        let said_now: RefCell<Option<(&'static str, String)>> = RefCell::new(None);
-        let report = |reason: &'static str, e: &CniError| {
+        // What was said, and of which annotation: the API server's, which the cache may not
+        // have yet.
+        let said_now: RefCell<Option<(&'static str, String, String)>> = RefCell::new(None);
+        let report = |acted_on: &str, reason: &'static str, e: &CniError| {
             let said = format!("{reason}: {e}");
-            let new = reported.as_ref() != Some(&said);
-            *said_now.borrow_mut() = Some((reason, said));
+            let new = acted_on != selection || reported.as_ref() != Some(&said);
+            *said_now.borrow_mut() = Some((reason, said, acted_on.to_string()));
             new
         };
         let plugin = Plumb {
@@ -280,7 +286,10 @@ impl Dynamic {
                 ));
             }
             Err(e) => {
-                let (reason, said) = said_now.into_inner().unzip();
+                let (reason, said, selection) = match said_now.into_inner() {
+                    Some((reason, said, acted_on)) => (Some(reason), Some(said), acted_on),
+                    None => (None, None, selection),
+                };
                 let result = match reason {
                     Some("ChangeRefused") => "refused",
                     _ => "failed",
@@ -331,7 +340,7 @@ impl Drop for Counted<'_> {
 /// commas); checked at start, so that a mistyped one stops the daemon rather than failing its
 /// watch for ever.
 pub(super) fn selector_problem(selector: &str) -> Option<String> {
-    if selector.trim().is_empty() {
+    if selector.trim_matches(go_space).is_empty() {
         return Some("it is empty: it would select every namespace".into());
     }
     let mut rest = selector;
@@ -349,7 +358,7 @@ pub(super) fn selector_problem(selector: &str) -> Option<String> {
                 c == ',' && depth == 0
             })
             .map(|(i, _)| i);
-        let requirement = rest[..end.unwrap_or(rest.len())].trim();
+        let requirement = rest[..end.unwrap_or(rest.len())].trim_matches(go_space);
         if let Some(why) = requirement_problem(requirement) {
             return Some(format!("{requirement:?}: {why}"));
         }
@@ -360,42 +369,55 @@ pub(super) fn selector_problem(selector: &str) -> Option<String> {
     }
 }
 
+/// The white space the API server's selector lexer skips.
+fn go_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\r' | '\n')
+}
+
 fn requirement_problem(r: &str) -> Option<String> {
     if r.is_empty() {
         return Some("an empty requirement (a comma too many)".into());
     }
     if let Some(key) = r.strip_prefix('!') {
-        return key_problem(key.trim());
+        return key_problem(key.trim_matches(go_space));
     }
     let is_key = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/');
     let key_end = r.find(|c: char| !is_key(c)).unwrap_or(r.len());
-    let (key, rest) = (&r[..key_end], r[key_end..].trim_start());
+    let (key, rest) = (&r[..key_end], r[key_end..].trim_start_matches(go_space));
     if let Some(why) = key_problem(key) {
         return Some(why);
+    }
+    if key == "in" || key == "notin" {
+        return Some(format!("{key:?} is an operator, not a key"));
     }
     if rest.is_empty() {
         return None;
     }
     for op in ["==", "!=", "="] {
         if let Some(value) = rest.strip_prefix(op) {
-            return value_problem(value.trim());
+            return value_problem(value.trim_matches(go_space));
         }
     }
     for op in [">", "<"] {
         if let Some(value) = rest.strip_prefix(op) {
-            return (value.trim().parse::<i64>().is_err())
-                .then(|| format!("{op} takes a whole number, not {:?}", value.trim()));
+            let value = value.trim_matches(go_space);
+            return value_problem(value).or_else(|| {
+                (value.parse::<i64>().is_err())
+                    .then(|| format!("{op} takes a whole number, not {value:?}"))
+            });
         }
     }
     for op in ["notin", "in"] {
         let Some(values) = rest.strip_prefix(op) else {
             continue;
         };
-        let values = values.trim_start();
+        let values = values.trim_start_matches(go_space);
         let Some(inner) = values.strip_prefix('(').and_then(|v| v.strip_suffix(')')) else {
             return Some(format!("the values of `{op}` go in parentheses"));
         };
-        return inner.split(',').find_map(|v| value_problem(v.trim()));
+        return inner
+            .split(',')
+            .find_map(|v| value_problem(v.trim_matches(go_space)));
     }
     Some(format!(
         "{rest:?} is not an operator (=, ==, !=, in, notin, <, >)"
@@ -465,6 +487,10 @@ mod tests {
             "a,,b",
             "a>b",
             "a ~ b",
+            "tier>-1",
+            "in",
+            "notin=x",
+            "a=\u{a0}b",
         ] {
             assert!(selector_problem(bad).is_some(), "{bad:?}");
         }

@@ -81,7 +81,7 @@ fn file_of(dir: &Path) -> (std::path::PathBuf, u64) {
     (netns, inode)
 }
 
-fn never(_: &'static str, _: &CniError) -> bool {
+fn never(_: &str, _: &'static str, _: &CniError) -> bool {
     panic!("nothing is to be reported")
 }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use testkit::kube_api::{KubeconfigUser, Resource};
 use testkit::netns::{Link, Netns, unique_name};
+use testkit::pod_resources::{ContainerDevices, PodResourcesStandIn};
 
 use super::caches::{holding, watching_with};
 use super::healthz;
@@ -263,13 +264,39 @@ fn removing_the_first_of_three_elements_keeps_the_others_and_a_changed_ips_reatt
 
 #[test]
 fn an_invalid_change_or_a_device_backed_network_changes_nothing_and_is_said_once() {
-    let (c, socket, daemon, metrics) = dynamic_with_metrics(151);
-    c.api.put(
-        Resource::NetworkAttachmentDefinitions,
-        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-               "metadata": {"namespace": "default", "name": "sriov-net",
-                            "annotations": {"k8s.v1.cni.cncf.io/resourceName": "example.com/vf"}},
-               "spec": {"config": json!({"cniVersion": "1.0.0", "type": "host-device"}).to_string()}}),
+    let n = 151;
+    let (mut c, socket, daemon, metrics) = dynamic_with_metrics(n);
+    // The kubelet: the pod was given a device of example.com/vf at admission.
+    let kubelet = PodResourcesStandIn::start(&c.node.path("kubelet.sock")).unwrap();
+    kubelet.set_pod(
+        "default",
+        "firm",
+        vec![ContainerDevices::new(
+            "c",
+            "example.com/vf",
+            &["0000:00:01.0"],
+        )],
+    );
+    c.config["plumbPodResourcesSocket"] = json!(kubelet.socket());
+    c.config["plumbDeviceInfoDir"] = json!(c.node.path("devinfo"));
+    let with_resource = |name: &str, resource: &str, config: Value| {
+        let mut nad = nad("default", name, config);
+        nad["metadata"]["annotations"] = json!({"k8s.v1.cni.cncf.io/resourceName": resource});
+        c.api.put(Resource::NetworkAttachmentDefinitions, nad);
+    };
+    with_resource(
+        "sriov-net",
+        "example.com/vf",
+        json!({"cniVersion": "1.0.0", "type": "host-device"}),
+    );
+    // A resource no device plugin offers (as KubeVirt's bridge markers): no device needed.
+    let bridge = Link::bridge(&unique_name("km"));
+    with_resource(
+        "marked",
+        "bridge.network.kubevirt.io/br1",
+        json!({"cniVersion": "1.0.0", "type": "bridge", "bridge": bridge.name(),
+               "ipam": {"type": "host-local", "subnet": format!("10.{n}.4.0/24"),
+                        "dataDir": c.node.ipam_dir()}}),
     );
     let uid = c.pod("default", "firm", json!({NETWORKS: "net-a"}));
     holding(&socket, 1);
@@ -310,9 +337,11 @@ fn an_invalid_change_or_a_device_backed_network_changes_nothing_and_is_said_once
     );
     assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
 
-    // A valid annotation again: made at once, not after the backoff.
-    annotate(&c, "firm", "net-a,net-a");
+    // A valid annotation again, a network with a marker resource: made at once, not after the
+    // backoff.
+    annotate(&c, "firm", "net-a,marked");
     wait_until("net2", || ns.links() == ["lo", "eth0", "net1", "net2"]);
+    assert_eq!(ns.addresses("net2"), [format!("10.{n}.4.2/24")]);
     ok(&c.call("DEL", &ns, pod, "f1"));
     c.assert_nothing_left(&ns, "f1");
 }
