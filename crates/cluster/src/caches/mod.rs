@@ -217,14 +217,6 @@ impl Caches {
         self.pods.get(namespace, name)
     }
 
-    /// The pods the cache holds, when synced.
-    pub fn cached_pods(&self) -> Vec<Arc<CachedPod>> {
-        match self.pods.synced.load(Ordering::Acquire) {
-            true => self.pods.store.state(),
-            false => Vec::new(),
-        }
-    }
-
     /// Whether `namespace` is opted in to dynamic attachments; `None` while the namespaces
     /// are not known (not synced, or not watched).
     pub fn opted_in(&self, namespace: &str) -> Option<bool> {

@@ -8,12 +8,12 @@ use crate::change::Change;
 
 impl Executor<'_> {
     /// Applies `change`, computed from the sandbox's record as it is on disk: the new
-    /// attachments' plugins found (else nothing is done), the DEL of each detached attachment in the order given, the record rewritten without it; then the new
-    /// attachments named in the record (durably) before any of their delegates runs, ADD of
-    /// each in order, and the default route of one that asks for it; then they are no longer
-    /// pending in the record ([`RecordedAttachment::pending`]). A failed ADD rolls back
-    /// what this change attached (the detaches stay done, and are said) and returns its error.
-    /// Returns what each ADD gave.
+    /// attachments' plugins found (else nothing is done); the DEL of each detached attachment
+    /// in the order given, the record rewritten without it; then the new attachments named in
+    /// the record (durably, pending) before any of their delegates runs, ADD of each in order,
+    /// the default route of one that asks for it, and then they are no longer pending
+    /// ([`RecordedAttachment::pending`]). A failed ADD rolls back what this change attached (the
+    /// detaches stay done, and are said) and returns its error. Returns what each ADD gave.
     pub fn apply_change(&self, sandbox: &Sandbox, change: &Change) -> Result<Vec<Added>, CniError> {
         let mut record = self.records.load(&sandbox.container_id)?.ok_or_else(|| {
             CniError::new(
