@@ -544,3 +544,85 @@ fn a_failed_attach_is_rolled_back_and_the_status_says_what_the_pod_has_left() {
     std::fs::remove_file(held.join(format!("10.{n}.4.2"))).unwrap();
     c.assert_nothing_left(&ns, "b1");
 }
+
+/// A chained plugin that, on ADD, says it began (file `entered` beside it) and returns only
+/// once the file `open` is there; every other command does nothing.
+const GATE: &str = r#"#!/bin/sh
+d=$(dirname "$0")
+cat >/dev/null
+if [ "$CNI_COMMAND" = ADD ]; then
+  touch "$d/entered"
+  while [ ! -e "$d/open" ]; do sleep 0.05; done
+  printf '{"cniVersion": "1.0.0"}'
+fi
+if [ "$CNI_COMMAND" = VERSION ]; then
+  printf '{"cniVersion": "1.0.0", "supportedVersions": ["0.3.1", "0.4.0", "1.0.0"]}'
+fi
+"#;
+
+#[test]
+fn a_daemon_killed_in_the_middle_of_a_change_leaves_the_next_one_to_finish_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let n = 144;
+    let (mut c, socket, daemon) = dynamic(n);
+    // plumb's bin directory: Debian's plugins, and the gate.
+    let bin = c.node.path("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for plugin in std::fs::read_dir(crate::common::PLUGINS).unwrap() {
+        let plugin = plugin.unwrap();
+        std::os::unix::fs::symlink(plugin.path(), bin.join(plugin.file_name())).unwrap();
+    }
+    std::fs::write(bin.join("gate"), GATE).unwrap();
+    std::fs::set_permissions(bin.join("gate"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    c.config["binDir"] = json!(bin);
+    let bridge = Link::bridge(&unique_name("kg"));
+    c.api.put(
+        Resource::NetworkAttachmentDefinitions,
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"namespace": "default", "name": "gated"},
+               "spec": {"config": json!({"cniVersion": "1.0.0", "name": "gated", "plugins": [
+                   {"type": "bridge", "bridge": bridge.name(),
+                    "ipam": {"type": "host-local", "subnet": format!("10.{n}.4.0/24"),
+                             "dataDir": c.node.ipam_dir()}},
+                   {"type": "gate"}]}).to_string()}}),
+    );
+    let uid = c.pod("default", "cut", json!({NETWORKS: "net-a"}));
+    holding(&socket, 1);
+    let ns = Netns::new();
+    let pod = ("default", "cut", uid.as_str());
+    ok(&c.call("ADD", &ns, pod, "k1"));
+
+    annotate(&c, "cut", "net-a,gated");
+    wait_until("the gate's ADD to begin", || bin.join("entered").exists());
+    // Killed while the new attachment's ADD runs: its interface is made, its address held.
+    assert!(ns.links().contains(&"net2".to_string()));
+    assert_eq!(c.node.allocations("gated").len(), 1);
+    std::process::Command::new("kill")
+        .args(["-KILL", &daemon.pid().to_string()])
+        .status()
+        .unwrap();
+    drop(daemon);
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(c.node.record("k1")).unwrap()).unwrap();
+    assert_eq!(record["attachments"][2]["pending"], true, "{record:#}");
+    assert_eq!(record["forChanges"]["selection"], Value::Null, "{record:#}");
+    std::fs::write(bin.join("open"), "").unwrap();
+
+    // The next daemon attaches it again: detached (its address released), attached anew.
+    let (_socket, daemon) = dynamic_daemon(&mut c);
+    daemon.wait_for("dynamic: pod default/cut (container k1): detached [net2 (default/gated)]");
+    // (The gate's result, the attachment's, is a minimal one: its status entry names the
+    // network only.)
+    wait_until("the status", || {
+        let s = c.status_of("default", "cut").unwrap_or_default();
+        s.len() == 3 && s[2]["name"] == "default/gated"
+    });
+    assert_eq!(ns.links(), ["lo", "eth0", "net1", "net2"]);
+    assert_eq!(c.node.allocations("gated").len(), 1);
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(c.node.record("k1")).unwrap()).unwrap();
+    assert_eq!(record["attachments"][2].get("pending"), None, "{record:#}");
+    assert_eq!(record["forChanges"]["selection"], "net-a,gated");
+    ok(&c.call("DEL", &ns, pod, "k1"));
+    c.assert_nothing_left(&ns, "k1");
+}
