@@ -644,8 +644,9 @@ mod tests {
         let p = script(
             d.path(),
             "stopped",
+            // The pid file appears whole (renamed), never empty.
             &format!(
-                "echo $$ >'{}'; cat >/dev/null; touch '{}'",
+                "echo $$ >'{0}.tmp'; mv '{0}.tmp' '{0}'; cat >/dev/null; touch '{1}'",
                 pid.display(),
                 ran.display()
             ),
