@@ -16,8 +16,9 @@ use nix::sys::statfs::{NSFS_MAGIC, PROC_SUPER_MAGIC, statfs};
 
 /// Whether `path` is a network namespace: what kind of file it is, `statfs` (a namespace file
 /// lives on nsfs, or procfs for `/proc/PID/ns/net` on old kernels), then whether the kernel
-/// takes it as a network namespace.
-pub fn check(path: &str) -> Result<(), CniError> {
+/// takes it as a network namespace. Returns its inode, which tells this namespace from one
+/// made later at the same path.
+pub fn check(path: &str) -> Result<u64, CniError> {
     let refuse = |why: String| {
         CniError::new(
             ErrorCode::InvalidNetNs,
@@ -79,7 +80,7 @@ pub fn check(path: &str) -> Result<(), CniError> {
         })?
         .join();
     match entered {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(())) => Ok(std::os::unix::fs::MetadataExt::ino(&meta)),
         Ok(Err(Errno::EINVAL)) => Err(refuse(match kind {
             Some(kind) if kind != "net" => format!("is a {kind} namespace"),
             None if fs_type == PROC_SUPER_MAGIC => "is no namespace".into(),

@@ -51,6 +51,13 @@ pub fn reads_annotation(key: &str) -> bool {
 }
 
 impl Pod {
+    /// Its `k8s.v1.cni.cncf.io/networks` annotation (multi-net spec §4.1.2); empty: none.
+    pub fn selection(&self) -> &str {
+        self.annotations
+            .get(NETWORKS_ANNOTATION)
+            .map_or("", String::as_str)
+    }
+
     /// A static (mirror) pod: the kubelet made it from a file, and its API UID is not the one
     /// the runtime passes.
     pub fn is_static(&self) -> bool {

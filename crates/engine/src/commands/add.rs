@@ -67,7 +67,7 @@ impl Plumb<'_> {
 
     fn do_add(&self, call: &Call, args: &CmdArgs, setup: Duration) -> Result<CniResult, CniError> {
         let start = Instant::now();
-        netns::check(&args.netns)?;
+        let netns_inode = netns::check(&args.netns)?;
         wait_for_readiness(&call.config)?;
         let pod = call.pod(true)?;
         let t_pod = start.elapsed();
@@ -87,7 +87,7 @@ impl Plumb<'_> {
         let t_plan = start.elapsed();
         let exec = self.executor(call);
         let sandbox = Sandbox {
-            for_changes: call.change_basis(args, pod.as_ref()),
+            for_changes: call.change_basis(args, pod.as_ref(), netns_inode),
             ..call.sandbox(args)
         };
         let added = exec

@@ -245,9 +245,13 @@ impl<'a> Call<'a> {
     /// What the record of `pod`'s ADD keeps for a later change of its attachments: only for a
     /// pod of the Kubernetes API (named by the runtime, found with plumb's kubeconfig), whose
     /// `k8s.v1.cni.cncf.io/networks` annotation a user can change; not for a selection from
-    /// `PLUMB_NETWORKS` or a netns that cannot be looked at.
-    pub(super) fn change_basis(&self, args: &CmdArgs, pod: Option<&Pod>) -> Option<ChangeBasis> {
-        use std::os::unix::fs::MetadataExt;
+    /// `PLUMB_NETWORKS`. `netns_inode`: the sandbox's netns's, as ADD checked it.
+    pub(super) fn change_basis(
+        &self,
+        args: &CmdArgs,
+        pod: Option<&Pod>,
+        netns_inode: u64,
+    ) -> Option<ChangeBasis> {
         let pod = pod?;
         self.pod_args.as_ref()?;
         self.config.kubeconfig.as_ref()?;
@@ -255,12 +259,8 @@ impl<'a> Call<'a> {
             return None;
         }
         Some(ChangeBasis {
-            selection: Some(
-                (pod.annotations.get(netattach::NETWORKS_ANNOTATION))
-                    .cloned()
-                    .unwrap_or_default(),
-            ),
-            netns_inode: std::fs::metadata(&args.netns).ok()?.ino(),
+            selection: Some(pod.selection().to_string()),
+            netns_inode,
             config: Value::Object(without_pod_annotations(&args.config)),
             cni_path: args.path.clone(),
         })

@@ -17,7 +17,7 @@ use super::call::Call;
 use super::{Plumb, who};
 use crate::change::change;
 use crate::devices::KubeletDevices;
-use crate::execute::{Added, Sandbox};
+use crate::execute::{Added, Sandbox, recorded_list};
 use crate::plan::Pod;
 use crate::record::{ChangeBasis, Record, RecordStore, RecordedAttachment};
 
@@ -58,7 +58,7 @@ impl Plumb<'_> {
             Ok(found) => found,
             Err(why) => return Ok(Changed::Skipped(why)),
         };
-        if basis.selection.as_ref() == Some(&selection_of(pod)) {
+        if basis.selection.as_deref() == Some(pod.selection()) {
             return Ok(Changed::Nothing);
         }
         let args = add_request(&record, &basis)?;
@@ -95,7 +95,7 @@ impl Plumb<'_> {
             None => pod.clone(),
         };
         let pod = &pod;
-        let selection = selection_of(pod);
+        let selection = pod.selection().to_string();
         if basis.selection.as_ref() == Some(&selection) {
             return Ok(Changed::Nothing);
         }
@@ -139,51 +139,38 @@ impl Plumb<'_> {
             .map(|&i| &record.attachments[i])
             .map(|a| format!("{} ({})", a.ifname, a.network))
             .collect();
-        // The attachments no longer follow any annotation until the change is done: one that
-        // fails part-way, or a daemon stopped in the middle, leaves the next change to plan
-        // the pod again, whatever its annotation is then.
-        if !todo.is_empty() {
-            records.save(&Record {
-                for_changes: Some(ChangeBasis {
-                    selection: None,
-                    ..basis.clone()
-                }),
-                ..record.clone()
-            })?;
-        }
-        let write_status = |added: &[Added]| -> Result<(), CniError> {
+        let write_status = |record: &Record, added: &[Added]| -> Result<(), CniError> {
             let Some((cluster, pod)) = call.pod_to_write(Some(pod)) else {
                 return Ok(());
             };
-            let record = records
-                .load(container_id)?
-                .unwrap_or_else(|| record.clone());
-            cluster.set_network_status(pod, &status_of(&call, &record, added))
+            cluster.set_network_status(pod, &status_of(&call, record, added))
         };
         let sandbox = Sandbox {
             container_id: container_id.to_string(),
             ..Sandbox::default()
         };
-        let added = self
+        let (added, record) = self
             .executor(&call)
             .apply_change(&sandbox, &todo)
             .map_err(|e| {
                 // What was detached before the failure is gone from the pod: its status says so.
-                let e = match todo.detach.is_empty() {
-                    true => e,
-                    false => match write_status(&[]) {
-                        Ok(()) => e,
-                        Err(w) => {
-                            e.add_details(format!("and network-status could not be written: {w}"))
-                        }
-                    },
+                let written = match todo.detach.is_empty() {
+                    true => Ok(()),
+                    false => (records.load(container_id).map_err(CniError::from))
+                        .and_then(|r| write_status(&r.unwrap_or_else(|| record.clone()), &[])),
+                };
+                let e = match written {
+                    Ok(()) => e,
+                    Err(w) => {
+                        e.add_details(format!("and network-status could not be written: {w}"))
+                    }
                 };
                 said("ChangeFailed", e)
             })?;
         for a in added.iter().flat_map(|a| &a.warnings) {
             call.log.error(a);
         }
-        write_status(&added).map_err(|e| {
+        write_status(&record, &added).map_err(|e| {
             said(
                 "ChangeFailed",
                 e.context("the change is made, but network-status could not be written"),
@@ -191,7 +178,6 @@ impl Plumb<'_> {
         })?;
         // Last: a change whose status could not be written is tried again, and finds the
         // attachments already as they should be.
-        let record = records.load(container_id)?.unwrap_or(record);
         records.save(&Record {
             for_changes: Some(ChangeBasis {
                 selection: Some(selection),
@@ -260,10 +246,7 @@ fn add_request(record: &Record, basis: &ChangeBasis) -> Result<CmdArgs, CniError
         container_id: record.container_id.clone(),
         netns: record.netns.clone(),
         ifname: ifname.to_string(),
-        args: (record.cni_args.iter())
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(";"),
+        args: cni::args::join(&record.cni_args),
         path: basis.cni_path.clone(),
         stdin,
         config: config.clone(),
@@ -326,20 +309,16 @@ fn status_of(call: &Call, record: &Record, added: &[Added]) -> String {
 
 /// The result the attachment's ADD cached (in the version of its configuration).
 fn cached_result(call: &Call, record: &Record, a: &RecordedAttachment) -> Option<cni::CniResult> {
-    let name = a.config.get("name").and_then(Value::as_str)?;
-    let version = a.config.get("cniVersion").and_then(Value::as_str)?;
-    let version = cni::Version::parse(version).ok()?;
+    let list = recorded_list(a).ok()?;
     (call.cni.cache)
-        .cached_result(name, &record.container_id, &a.ifname, version)
+        .cached_result(
+            &list.name,
+            &record.container_id,
+            &a.ifname,
+            list.cni_version,
+        )
         .ok()
         .flatten()
-}
-
-/// The pod's networks annotation (empty: none).
-fn selection_of(pod: &Pod) -> String {
-    (pod.annotations.get(netattach::NETWORKS_ANNOTATION))
-        .cloned()
-        .unwrap_or_default()
 }
 
 /// The event's reason for a plan that failed: refused when the new selection itself is at

@@ -13,7 +13,7 @@ impl Plumb<'_> {
         let _turn = call.turn(args, &self.caller, "CHECK")?;
         self.not_abandoned(&call, args, "CHECK")?;
         netns::check(&args.netns)
-            .and_then(|()| self.executor(&call).check(&call.sandbox(args)))
+            .and_then(|_| self.executor(&call).check(&call.sandbox(args)))
             .map_err(|e| e.context(who(&call.pod_args, &args.container_id)))
     }
 }

@@ -12,9 +12,17 @@ impl Executor<'_> {
     /// in the order given, the record rewritten without it; then the new attachments named in
     /// the record (durably, pending) before any of their delegates runs, ADD of each in order,
     /// the default route of one that asks for it, and then they are no longer pending
-    /// ([`RecordedAttachment::pending`]). A failed ADD rolls back what this change attached (the
-    /// detaches stay done, and are said) and returns its error. Returns what each ADD gave.
-    pub fn apply_change(&self, sandbox: &Sandbox, change: &Change) -> Result<Vec<Added>, CniError> {
+    /// ([`RecordedAttachment::pending`]). From its first write the record follows no
+    /// annotation ([`crate::record::ChangeBasis::selection`]), so that a change that fails
+    /// part-way, or a daemon stopped in the middle, leaves the next change to plan the pod
+    /// again; the caller records the annotation once the change is done. A failed ADD rolls
+    /// back what this change attached (the detaches stay done, and are said) and returns its
+    /// error. Returns what each ADD gave, and the record as it left it.
+    pub fn apply_change(
+        &self,
+        sandbox: &Sandbox,
+        change: &Change,
+    ) -> Result<(Vec<Added>, Record), CniError> {
         let mut record = self.records.load(&sandbox.container_id)?.ok_or_else(|| {
             CniError::new(
                 ErrorCode::UnknownContainer,
@@ -40,6 +48,12 @@ impl Executor<'_> {
                     "the change names an attachment the record does not have",
                 )
             })?;
+        if change.is_empty() {
+            return Ok((Vec::new(), record));
+        }
+        if let Some(basis) = &mut record.for_changes {
+            basis.selection = None;
+        }
         // A plugin that cannot be found refuses the change before anything of it is done.
         let m = change.attach.len();
         for (i, a) in change.attach.iter().enumerate() {
@@ -65,7 +79,7 @@ impl Executor<'_> {
             )),
         };
         if change.attach.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), record));
         }
         let kept = record.attachments.len();
         let coming = self.recorded(&sandbox.container_id, &change.attach);
@@ -122,7 +136,7 @@ impl Executor<'_> {
             a.pending = false;
         }
         self.records.save(&record)?;
-        Ok(added)
+        Ok((added, record))
     }
 
     /// Undoes the new attachments of a change that failed: DEL of the first `ran` of those

@@ -630,7 +630,7 @@ fn applying(change: crate::change::Change) -> Applied {
     let cni = runner(d.path(), exec);
     let outcome = executor(&cni, &records, &dirs)
         .apply_change(&sandbox, &change)
-        .map(|added| added.len());
+        .map(|(added, _)| added.len());
     let calls = ran.lock().unwrap().clone();
     (outcome, calls, before, records.load("c1").unwrap())
 }

@@ -235,9 +235,7 @@ impl Dynamic {
     /// same annotation (`before`) is not due yet.
     fn change(&mut self, key: &PodKey, id: &str, pod: &CachedPod, before: Option<Failing>) {
         let pod = pod.to_pod();
-        let selection = (pod.annotations.get(netattach::NETWORKS_ANNOTATION))
-            .cloned()
-            .unwrap_or_default();
+        let selection = pod.selection().to_string();
         let before = before.filter(|f| f.selection == selection);
         if let Some(f) = before.as_ref().filter(|f| f.due > Instant::now()) {
             self.failing.insert(id.to_string(), f.clone());

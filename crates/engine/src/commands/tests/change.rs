@@ -140,3 +140,24 @@ fn a_sandbox_whose_netns_is_another_now_is_not_changed() {
     assert!(fake.calls().is_empty());
     assert_eq!(records.load("moved").unwrap(), before);
 }
+
+#[test]
+fn a_sandbox_attached_with_another_state_directory_than_the_daemons_is_skipped() {
+    let d = tempfile::tempdir().unwrap();
+    let (fake, config) = one_fake_network(d.path(), "fake-change", "1.0.0");
+    // The daemon's --state-dir is not the configuration's plumbStateDir.
+    let elsewhere = d.path().join("elsewhere");
+    let (netns, inode) = file_of(d.path());
+    recorded(
+        &elsewhere,
+        "far",
+        &netns,
+        Some(basis(&config, "net-a", inode)),
+    );
+    match plumb().cmd_change(&elsewhere, "far", &pod("net-a,net-a"), &never) {
+        Ok(Changed::Skipped(why)) => assert!(why.contains("plumbStateDir"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(fake.calls().is_empty());
+    assert!(!elsewhere.join("far.lock").exists());
+}

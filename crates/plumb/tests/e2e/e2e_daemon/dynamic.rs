@@ -626,3 +626,23 @@ fn a_daemon_killed_in_the_middle_of_a_change_leaves_the_next_one_to_finish_it() 
     ok(&c.call("DEL", &ns, pod, "k1"));
     c.assert_nothing_left(&ns, "k1");
 }
+
+#[test]
+fn a_daemon_refuses_to_start_with_a_bad_selector_or_without_an_identity_to_watch_with() {
+    let d = tempfile::tempdir().unwrap();
+    let socket = d.path().join("plumb.sock");
+    let said = super::refused_with(
+        &socket,
+        &[
+            "--dynamic",
+            "--dynamic-namespaces",
+            "plumb.example/dynamic=true,",
+        ],
+    );
+    assert!(said.contains("--dynamic-namespaces"), "{said}");
+    assert!(said.contains("a comma too many"), "{said}");
+    // No --kubeconfig, not in a pod: nothing to watch the pods and namespaces with.
+    let said = super::refused_with(&socket, &["--dynamic", "--dynamic-namespaces", OPT_IN]);
+    assert!(said.contains("--dynamic: the daemon watches"), "{said}");
+    assert!(!socket.exists());
+}

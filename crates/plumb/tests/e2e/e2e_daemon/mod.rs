@@ -95,9 +95,17 @@ fn healthz(socket: &Path) -> String {
 
 /// What `plumb daemon --socket socket` said on stderr when it refused to start, within 10 s.
 fn refused(socket: &Path) -> String {
+    refused_with(socket, &[])
+}
+
+/// [`refused`], with `more` arguments (and not this machine's cluster, if the tests run in a
+/// pod).
+fn refused_with(socket: &Path, more: &[&str]) -> String {
     let mut daemon = Command::new(env!("CARGO_BIN_EXE_plumb"))
         .args(["daemon", "--socket"])
         .arg(socket)
+        .args(more)
+        .env_remove("KUBERNETES_SERVICE_HOST")
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
