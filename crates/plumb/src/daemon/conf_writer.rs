@@ -464,7 +464,9 @@ fn checked_template(
 /// plumb's entry in the list: the template's keys, the default network embedded as
 /// `delegates[0]` (so the file holds no path of the daemon's own view), and the capabilities of
 /// its plugins declared as plumb's, so that the runtime passes their arguments (CNI spec §3
-/// "Deriving runtimeConfig"; the template's own say first, so one can be turned off).
+/// "Deriving runtimeConfig"; the template's own say first, so one can be turned off). The
+/// plugin reads capability names in any case and refuses two that differ only by case, so a
+/// template's `portmappings` is the plugins' `portMappings`, not a second key beside it.
 fn plugin_entry(template: &Map<String, Value>, conf: &Value) -> Value {
     let mut entry = template.clone();
     let mut caps = match template.get("capabilities") {
@@ -474,7 +476,7 @@ fn plugin_entry(template: &Map<String, Value>, conf: &Value) -> Value {
     for plugin in plugins(conf) {
         if let Some(Value::Object(c)) = plugin.get("capabilities") {
             for (k, v) in c {
-                if v == &Value::Bool(true) && !caps.contains_key(k) {
+                if v == &Value::Bool(true) && !caps.keys().any(|c| c.eq_ignore_ascii_case(k)) {
                     caps.insert(k.clone(), Value::Bool(true));
                 }
             }
@@ -929,5 +931,24 @@ mod tests {
         let stdin = plumb_stdin(&written(&w)).unwrap();
         let config = Config::parse(stdin.to_string().as_bytes()).unwrap();
         assert_eq!(config.warnings, Vec::<String>::new());
+
+        // A capability the template turns off in another case than the plugins declare it: one
+        // key, the template's. Written beside the plugins' own, every ADD failed on the two.
+        let (mut w, _d) = writer(json!({"capabilities": {"portmappings": false}}), None);
+        put(
+            &w,
+            "10-a.conflist",
+            &json!({"cniVersion": "1.0.0", "name": "a", "plugins": [
+            {"type": "bridge"}, {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "tuning", "capabilities": {"PortMappings": true, "mac": true}}]}),
+        );
+        assert!(matches!(w.step(), Step::Wrote(_)));
+        let plumb = &written(&w)["plugins"][0];
+        assert_eq!(
+            plumb["capabilities"],
+            json!({"portmappings": false, "mac": true})
+        );
+        let stdin = plumb_stdin(&written(&w)).unwrap();
+        Config::parse(stdin.to_string().as_bytes()).unwrap();
     }
 }
