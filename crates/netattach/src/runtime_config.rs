@@ -28,6 +28,23 @@ pub mod capability {
     pub const DEVICE_ID: &str = "deviceID";
     /// device-info spec §5.1.
     pub const CNI_DEVICE_INFO_FILE: &str = "CNIDeviceInfoFile";
+
+    /// Every capability name of the CNI conventions (CONVENTIONS.md) and of the NPWG
+    /// specifications. Runtimes match these exactly, in this case.
+    pub const KNOWN: &[&str] = &[
+        PORT_MAPPINGS,
+        "ipRanges",
+        BANDWIDTH,
+        "dns",
+        IPS,
+        MAC,
+        INFINIBAND_GUID,
+        DEVICE_ID,
+        "aliases",
+        "cgroupPath",
+        CNI_DEVICE_INFO_FILE,
+        "io.kubernetes.cri.pod-annotations",
+    ];
 }
 
 /// A configuration that cannot carry what the element asks for.

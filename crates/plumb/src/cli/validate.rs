@@ -9,7 +9,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use netattach::nad::NadConfig;
-use netattach::runtime_config::check_capabilities;
+use netattach::runtime_config::{capability, check_capabilities};
 use netattach::selection::{self, NETWORKS_ANNOTATION};
 use netattach::{NetworkAttachmentDefinition, NetworkRef};
 
@@ -18,22 +18,6 @@ use plumb_engine::plan::{DEFAULT_NETWORK_ANNOTATION, default_network_element, ge
 
 /// The interface Kubernetes runtimes (containerd, CRI-O) give a pod's default network.
 const KUBERNETES_IFNAME: &str = "eth0";
-
-/// Capability names of the CNI conventions (CONVENTIONS.md) and of the NPWG specifications.
-const KNOWN_CAPABILITIES: &[&str] = &[
-    "portMappings",
-    "ipRanges",
-    "bandwidth",
-    "dns",
-    "ips",
-    "mac",
-    "infinibandGUID",
-    "deviceID",
-    "aliases",
-    "cgroupPath",
-    "CNIDeviceInfoFile",
-    "io.kubernetes.cri.pod-annotations",
-];
 
 /// Errors make the command fail; warnings (a capability no convention defines, a selection key
 /// the spec does not know) do not.
@@ -159,7 +143,7 @@ pub fn validate(objects: &[FileObject]) -> Vec<Problem> {
             Ok(NadConfig::Inline(list)) => {
                 for (i, p) in list.plugins.iter().enumerate() {
                     for (cap, on) in &p.capabilities {
-                        if *on && !KNOWN_CAPABILITIES.contains(&cap.as_str()) {
+                        if *on && !capability::KNOWN.contains(&cap.as_str()) {
                             problems.push(warning(
                                 o,
                                 format!(

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use cni::error::{CniError, ErrorCode};
+use netattach::runtime_config::capability;
 use serde_json::{Map, Value, json};
 
 use plumb_engine::config::Config;
@@ -429,6 +430,19 @@ fn template_object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
             "{k:?}{as_given} is filled in by the daemon from the default network's \
              configuration; remove it{instead}"
         ));
+    }
+    if let Some(Value::Object(caps)) = keys.get("capabilities") {
+        for given in caps.keys() {
+            if let Some(known) = capability::KNOWN
+                .iter()
+                .find(|k| k.eq_ignore_ascii_case(given) && *k != given)
+            {
+                return Err(format!(
+                    "capability {given:?}: runtimes match capability names exactly, so they \
+                     would pass nothing for it; write {known:?}"
+                ));
+            }
+        }
     }
     Ok(keys)
 }
@@ -932,22 +946,29 @@ mod tests {
         let config = Config::parse(stdin.to_string().as_bytes()).unwrap();
         assert_eq!(config.warnings, Vec::<String>::new());
 
+        // A capability of the conventions in another case: runtimes would pass nothing for it.
+        std::fs::write(&t, r#"{"capabilities": {"portmappings": true}}"#).unwrap();
+        let e = ConfWriter::new(&t, d.path().into(), None, Some(Path::new("/s"))).unwrap_err();
+        assert!(
+            e.msg
+                .contains("capability \"portmappings\": runtimes match capability names exactly"),
+            "{e}"
+        );
+        assert!(e.msg.contains("write \"portMappings\""), "{e}");
+
         // A capability the template turns off in another case than the plugins declare it: one
         // key, the template's. Written beside the plugins' own, every ADD failed on the two.
-        let (mut w, _d) = writer(json!({"capabilities": {"portmappings": false}}), None);
+        let (mut w, _d) = writer(json!({"capabilities": {"MyCap": false}}), None);
         put(
             &w,
             "10-a.conflist",
             &json!({"cniVersion": "1.0.0", "name": "a", "plugins": [
-            {"type": "bridge"}, {"type": "portmap", "capabilities": {"portMappings": true}},
-            {"type": "tuning", "capabilities": {"PortMappings": true, "mac": true}}]}),
+            {"type": "bridge"}, {"type": "portmap", "capabilities": {"mycap": true}},
+            {"type": "tuning", "capabilities": {"MYCAP": true, "mac": true}}]}),
         );
         assert!(matches!(w.step(), Step::Wrote(_)));
         let plumb = &written(&w)["plugins"][0];
-        assert_eq!(
-            plumb["capabilities"],
-            json!({"portmappings": false, "mac": true})
-        );
+        assert_eq!(plumb["capabilities"], json!({"MyCap": false, "mac": true}));
         let stdin = plumb_stdin(&written(&w)).unwrap();
         Config::parse(stdin.to_string().as_bytes()).unwrap();
     }
