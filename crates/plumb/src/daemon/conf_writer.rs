@@ -480,7 +480,7 @@ fn checked_template(
 /// its plugins declared as plumb's, so that the runtime passes their arguments (CNI spec §3
 /// "Deriving runtimeConfig"; the template's own say first, so one can be turned off). The
 /// plugin reads capability names in any case and refuses two that differ only by case, so a
-/// template's `portmappings` is the plugins' `portMappings`, not a second key beside it.
+/// template's key and a plugin's that differ only by case are one key, the template's.
 fn plugin_entry(template: &Map<String, Value>, conf: &Value) -> Value {
     let mut entry = template.clone();
     let mut caps = match template.get("capabilities") {
