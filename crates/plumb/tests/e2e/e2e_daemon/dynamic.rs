@@ -340,7 +340,10 @@ fn an_invalid_change_or_a_device_backed_network_changes_nothing_and_is_said_once
     // A valid annotation again, a network with a marker resource: made at once, not after the
     // backoff.
     annotate(&c, "firm", "net-a,marked");
-    wait_until("net2", || ns.links() == ["lo", "eth0", "net1", "net2"]);
+    wait_until("net2 in the pod's status", || {
+        status_interfaces(&c, "firm") == ["eth0", "net1", "net2"]
+    });
+    assert_eq!(ns.links(), ["lo", "eth0", "net1", "net2"]);
     assert_eq!(ns.addresses("net2"), [format!("10.{n}.4.2/24")]);
     ok(&c.call("DEL", &ns, pod, "f1"));
     c.assert_nothing_left(&ns, "f1");
