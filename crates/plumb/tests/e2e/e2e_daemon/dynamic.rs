@@ -205,7 +205,10 @@ fn a_network_added_to_a_running_pods_annotation_is_attached_and_listed_in_its_st
     });
     assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
     assert!(c.node.allocations("net-b").is_empty());
-    assert_eq!(changes(metrics, "applied"), 2.0);
+    // Counted once the change is done, after the status.
+    wait_until("the second change counted", || {
+        changes(metrics, "applied") == 2.0
+    });
 
     ok(&c.call("DEL", &ns, pod, "g1"));
     c.assert_nothing_left(&ns, "g1");
@@ -420,7 +423,10 @@ fn a_pod_in_a_namespace_not_opted_in_is_left_alone_until_it_is() {
 
     // Opted in: the namespace's watch brings it, and the change is made.
     namespace(&c, "default", true);
-    wait_until("mv1 in the pod", || ns.links().contains(&"mv1".to_string()));
+    wait_until("mv1 in the pod's status", || {
+        status_interfaces(&c, "kept") == ["eth0", "net1", "mv1"]
+    });
+    assert!(ns.links().contains(&"mv1".to_string()));
     ok(&c.call("DEL", &ns, pod, "k1"));
     c.assert_nothing_left(&ns, "k1");
 }
@@ -527,14 +533,13 @@ fn a_failed_attach_is_rolled_back_and_the_status_says_what_the_pod_has_left() {
         status_interfaces(&c, "frail") == ["eth0"]
     });
     assert_eq!(ns.links(), ["lo", "eth0"]);
-    let events = c.events_for("default", "frail");
-    assert!(
-        events.iter().any(|e| {
-            let m = e["message"].as_str().unwrap();
+    // The event comes after the status.
+    wait_until("the ChangeFailed event naming what was detached", || {
+        c.events_for("default", "frail").iter().any(|e| {
+            let m = e["message"].as_str().unwrap_or_default();
             m.contains("detached before it: default/net-a (net1)")
-        }),
-        "{events:#?}"
-    );
+        })
+    });
 
     // Back to the annotation the pod was attached with: net-a is attached again (the record
     // follows no annotation after a failed change).
