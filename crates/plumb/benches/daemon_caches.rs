@@ -13,7 +13,8 @@
 //! BURST, the pods attached at once, default 100; MAX_CALLS, the daemon's `--max-calls`, its
 //! default unless set).
 
-use std::io::{Read, Write};
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,16 +23,9 @@ use serde_json::{Value, json};
 use testkit::kube_api::{KubeApi, KubeApiOptions, KubeconfigUser, Resource};
 use testkit::netns::{Link, Netns, unique_name};
 
-const PLUGINS: &str = "/usr/lib/cni";
-const PLUMB: &str = env!("CARGO_BIN_EXE_plumb");
-const NODE: &str = "bench-node";
+use common::{PLUGINS, PLUMB, caches, call, env_or, leftovers, quantile, status};
 
-fn env_or(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
+const NODE: &str = "bench-node";
 
 /// A pod as the API server serves one made by a Deployment: about 5 KiB of JSON.
 fn pod(i: usize, networks: &str) -> Value {
@@ -82,12 +76,7 @@ fn pod(i: usize, networks: &str) -> Value {
 }
 
 fn main() {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout == b"0\n")
-        .unwrap_or(false);
-    if !root || !Path::new(PLUGINS).join("bridge").exists() {
+    if !common::can_run() {
         println!("daemon_caches: SKIP (needs root and {PLUGINS}/bridge)");
         return;
     }
@@ -202,8 +191,7 @@ fn main() {
         refused += took.iter().map(|(_, r)| r).sum::<usize>();
         let mut took: Vec<Duration> = took.into_iter().map(|(t, _)| t).collect();
         took.sort();
-        let at = |q: f64| ms(took[((took.len() - 1) as f64 * q) as usize]);
-        times.push((command, at(0.5), at(0.99)));
+        times.push((command, quantile(&took, 0.5), quantile(&took, 0.99)));
     }
     let burst_took = burst_started.elapsed();
     // Nothing left: no interface in the pods, no address, record or result cache entry.
@@ -272,103 +260,4 @@ fn main() {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, serde_json::to_vec_pretty(&report).unwrap()).unwrap();
     println!("  written to {}", path.display());
-}
-
-/// VmRSS, VmHWM (KiB) and Threads of process `pid`.
-fn status(pid: u32) -> Value {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |key: &str| -> u64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    json!({"VmRSS": field("VmRSS:"), "VmHWM": field("VmHWM:"), "Threads": field("Threads:")})
-}
-
-/// The daemon's `GET /caches`, once it answers.
-fn caches(socket: &Path) -> Option<Value> {
-    let mut s = std::os::unix::net::UnixStream::connect(socket).ok()?;
-    s.write_all(b"GET /caches HTTP/1.1\r\nHost: plumb\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).ok()?;
-    serde_json::from_str(answer.split_once("\r\n\r\n")?.1).ok()
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// The files under `dir` that a sandbox left: not host-local's own (`lock`,
-/// `last_reserved_ip.*`), which stay.
-fn leftovers(dir: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut left = Vec::new();
-    for e in entries.flatten() {
-        let path = e.path();
-        let name = e.file_name().to_string_lossy().into_owned();
-        if path.is_dir() {
-            left.extend(leftovers(&path));
-        } else if name != "lock" && !name.starts_with("last_reserved_ip") {
-            left.push(path.display().to_string());
-        }
-    }
-    left
-}
-
-/// One CNI call through the plugin binary (the shim), retried while it is answered code 11 (as
-/// a runtime retries it) and asserted to succeed: how long it took, retries included, and how
-/// many times it was refused.
-fn call(command: &str, cid: &str, ns: &Netns, args: &str, config: &str) -> (Duration, usize) {
-    let started = Instant::now();
-    let mut refused = 0;
-    loop {
-        let out = call_once(command, cid, ns, args, config);
-        if out.status.success() {
-            return (started.elapsed(), refused);
-        }
-        let e: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        assert!(
-            e["code"] == 11,
-            "{command} {cid}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        refused += 1;
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn call_once(
-    command: &str,
-    cid: &str,
-    ns: &Netns,
-    args: &str,
-    config: &str,
-) -> std::process::Output {
-    let mut child = Command::new(PLUMB)
-        .env_clear()
-        .envs([
-            ("CNI_COMMAND", command),
-            ("CNI_CONTAINERID", cid),
-            ("CNI_NETNS", &ns.path().display().to_string()),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_PATH", PLUGINS),
-            ("CNI_ARGS", args),
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(config.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
 }
