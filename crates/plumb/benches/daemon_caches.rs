@@ -16,7 +16,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -131,23 +130,14 @@ fn main() {
     let kubeconfig = api.write_kubeconfig(dir.path().join("kubeconfig"), KubeconfigUser::Token);
     let socket = dir.path().join("plumb.sock");
     let started = Instant::now();
-    let mut daemon = Command::new(PLUMB)
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .arg("daemon")
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--node-name", NODE])
-        .args(
-            std::env::var("MAX_CALLS")
-                .map(|n| vec!["--max-calls".to_string(), n])
-                .unwrap_or_default(),
-        )
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("plumb daemon starts");
+    let max_calls = std::env::var("MAX_CALLS").map(|n| vec!["--max-calls".to_string(), n]);
+    let mut daemon = common::daemon(
+        PLUMB,
+        &socket,
+        &kubeconfig,
+        NODE,
+        &max_calls.unwrap_or_default(),
+    );
     let pid = daemon.id();
     let deadline = Instant::now() + Duration::from_secs(120);
     let filled = loop {

@@ -14,7 +14,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -133,21 +132,15 @@ fn main() {
     }
     let kubeconfig = api.write_kubeconfig(dir.path().join("kubeconfig"), KubeconfigUser::Token);
     let socket = dir.path().join("plumb.sock");
-    let mut daemon: Child = Command::new(PLUMB)
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .arg("daemon")
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--node-name", NODE])
-        .args(["--dynamic", "--dynamic-namespaces", "plumb.io/dynamic=true"])
-        .arg("--state-dir")
-        .arg(&state)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("plumb daemon starts");
+    let more = [
+        "--dynamic",
+        "--dynamic-namespaces",
+        "plumb.io/dynamic=true",
+        "--state-dir",
+    ];
+    let mut more: Vec<String> = more.iter().map(|a| a.to_string()).collect();
+    more.push(state.display().to_string());
+    let mut daemon = common::daemon(PLUMB, &socket, &kubeconfig, NODE, &more);
     let deadline = Instant::now() + Duration::from_secs(120);
     while !caches(&socket).is_some_and(|r| {
         r["caches"]["pods"]["synced"] == true

@@ -28,6 +28,8 @@
 //! stand-in serving for that long instead of measuring: e.g. `perf record -g -- sh
 //! target/bench-e2e-hold.sh` in another shell.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -37,10 +39,10 @@ use serde_json::{Value, json};
 use testkit::kube_api::{Fault, FaultKind, KubeApi, KubeApiOptions, KubeconfigUser, Resource};
 use testkit::netns::{Link, Netns, unique_name};
 
-const PLUGINS: &str = "/usr/lib/cni";
+use common::{PLUGINS, PLUMB, ms};
+
 /// The node the bench's pod is bound to, whose pods the daemon keeps.
 const NODE: &str = "bench-node";
-const PLUMB: &str = env!("CARGO_BIN_EXE_plumb");
 
 /// The plumb binary to measure: `$PLUMB` when set (another build, to compare in the same
 /// conditions), else the one cargo built with the bench.
@@ -74,10 +76,6 @@ fn median_interval(v: &[f64]) -> (f64, f64) {
         .collect();
     medians.sort_by(f64::total_cmp);
     (medians[50], medians[1949])
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 fn run(bin: &str, env: &[(&str, &str)], stdin: &[u8]) -> Output {
@@ -557,21 +555,7 @@ impl Daemon {
     /// Started with its watch caches (from `kubeconfig`, for [`NODE`]), returned once they
     /// hold the bench's pod.
     fn start(socket: &Path, kubeconfig: &Path) -> Daemon {
-        // A clean environment, as a service manager gives it: the delegates the daemon runs
-        // inherit it, and cargo's LD_LIBRARY_PATH (seven directories) made every dynamically
-        // linked delegate search them all for its libraries, 0.4 ms more per delegate.
-        let child = Command::new(plumb_binary())
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .arg("daemon")
-            .arg("--socket")
-            .arg(socket)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--node-name", NODE])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("plumb daemon starts");
+        let child = common::daemon(&plumb_binary(), socket, kubeconfig, NODE, &[]);
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::os::unix::net::UnixStream::connect(socket).is_err() {
             assert!(Instant::now() < deadline, "plumb daemon did not listen");
