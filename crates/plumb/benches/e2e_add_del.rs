@@ -78,17 +78,9 @@ fn median_interval(v: &[f64]) -> (f64, f64) {
     (medians[50], medians[1949])
 }
 
+/// [`common::output`], asserted to succeed.
 fn run(bin: &str, env: &[(&str, &str)], stdin: &[u8]) -> Output {
-    let mut child = Command::new(bin)
-        .env_clear()
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output(bin, env, stdin);
     assert!(
         out.status.success(),
         "{bin} failed: {}{}",

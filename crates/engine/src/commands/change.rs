@@ -170,12 +170,16 @@ impl Plumb<'_> {
         for a in added.iter().flat_map(|a| &a.warnings) {
             call.log.error(a);
         }
-        write_status(&record, &added).map_err(|e| {
-            said(
-                "ChangeFailed",
-                e.context("the change is made, but network-status could not be written"),
-            )
-        })?;
+        // An annotation only written differently, of a record that followed the last one: the
+        // status already says what the pod has.
+        if !todo.is_empty() || basis.selection.is_none() {
+            write_status(&record, &added).map_err(|e| {
+                said(
+                    "ChangeFailed",
+                    e.context("the change is made, but network-status could not be written"),
+                )
+            })?;
+        }
         // Last: a change whose status could not be written is tried again, and finds the
         // attachments already as they should be.
         records.save(&Record {

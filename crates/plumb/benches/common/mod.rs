@@ -139,26 +139,29 @@ fn call_once(
     args: &str,
     config: &str,
 ) -> std::process::Output {
-    let mut child = Command::new(PLUMB)
+    let netns = ns.path().display().to_string();
+    let env = [
+        ("CNI_COMMAND", command),
+        ("CNI_CONTAINERID", cid),
+        ("CNI_NETNS", &netns),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", PLUGINS),
+        ("CNI_ARGS", args),
+    ];
+    output(PLUMB, &env, config.as_bytes())
+}
+
+/// `bin` run with only `env` in its environment and `stdin` on its standard input, as a
+/// runtime runs a plugin: what it printed and how it exited.
+pub fn output(bin: &str, env: &[(&str, &str)], stdin: &[u8]) -> std::process::Output {
+    let mut child = Command::new(bin)
         .env_clear()
-        .envs([
-            ("CNI_COMMAND", command),
-            ("CNI_CONTAINERID", cid),
-            ("CNI_NETNS", &ns.path().display().to_string()),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_PATH", PLUGINS),
-            ("CNI_ARGS", args),
-        ])
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(config.as_bytes())
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{bin}: {e}"));
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
     child.wait_with_output().unwrap()
 }

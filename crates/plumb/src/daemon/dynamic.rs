@@ -12,7 +12,6 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cni::error::{CniError, ErrorCode};
@@ -22,6 +21,7 @@ use plumb_engine::commands::{Caller, Changed, Plumb};
 use plumb_engine::record::RecordStore;
 use plumb_engine::routes::NetlinkRoutes;
 
+use super::serve::Running;
 use super::{Shared, say};
 
 /// The waits before a failed change is tried again: doubled from the first to the last.
@@ -259,13 +259,14 @@ impl Dynamic {
             caller: Caller::DaemonChange,
         };
         let done = {
-            let _counted = Counted::new(&self.shared.running);
+            let _counted = Running::start(Arc::clone(&self.shared));
             plugin.cmd_change(self.records.dir(), id, &pod, &report)
         };
         let who = format!("pod {}/{} (container {id})", pod.namespace, pod.name);
         match done {
             Ok(Changed::Nothing) => {
                 self.failing.remove(id);
+                self.said.remove(id);
             }
             Ok(Changed::Skipped(why)) => {
                 self.failing.remove(id);
@@ -276,6 +277,7 @@ impl Dynamic {
             }
             Ok(Changed::Applied { detached, attached }) => {
                 self.failing.remove(id);
+                self.said.remove(id);
                 self.shared.metrics.dynamic_change("applied");
                 say(format_args!(
                     "dynamic: {who}: detached [{}], attached [{}]",
@@ -313,23 +315,6 @@ impl Dynamic {
                 );
             }
         }
-    }
-}
-
-/// A change counted among the daemon's calls while this lives, so that a stopping daemon waits
-/// for it.
-struct Counted<'a>(&'a AtomicUsize);
-
-impl<'a> Counted<'a> {
-    fn new(running: &'a AtomicUsize) -> Counted<'a> {
-        running.fetch_add(1, Ordering::SeqCst);
-        Counted(running)
-    }
-}
-
-impl Drop for Counted<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -477,7 +477,7 @@ impl Drop for Abandoned {
 pub(super) struct Running(Arc<Shared>);
 
 impl Running {
-    fn start(shared: Arc<Shared>) -> Running {
+    pub(super) fn start(shared: Arc<Shared>) -> Running {
         shared.running.fetch_add(1, Ordering::SeqCst);
         Running(shared)
     }

@@ -17,7 +17,7 @@ use super::healthz;
 use super::metrics::{METRICS_HOST, get, sample};
 use crate::common::cluster::{Cluster, NETWORKS, NODE, nad};
 use crate::common::daemon::Daemon;
-use crate::common::ok;
+use crate::common::{ok, wait_for_file};
 
 const OPT_IN: &str = "plumb.example/dynamic=true";
 
@@ -210,6 +210,24 @@ fn a_network_added_to_a_running_pods_annotation_is_attached_and_listed_in_its_st
         changes(metrics, "applied") == 2.0
     });
 
+    // The same selection written otherwise: recorded, nothing detached or attached, and no
+    // network-status written, as it already says what the pod has.
+    c.api.clear_requests();
+    let same = r#"[{"name": "net-a"}]"#;
+    annotate(&c, "grow", same);
+    wait_until("the new annotation recorded", || {
+        let record: Value =
+            serde_json::from_slice(&std::fs::read(c.node.record("g1")).unwrap()).unwrap();
+        record["forChanges"]["selection"] == same
+    });
+    assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
+    let patches: Vec<String> = (c.api.requests().iter())
+        .filter(|r| r.method == "PATCH")
+        .map(|r| r.path.clone())
+        .collect();
+    assert!(patches.is_empty(), "{patches:?}");
+    assert_eq!(changes(metrics, "applied"), 2.0);
+
     ok(&c.call("DEL", &ns, pod, "g1"));
     c.assert_nothing_left(&ns, "g1");
 }
@@ -338,14 +356,29 @@ fn an_invalid_change_or_a_device_backed_network_changes_nothing_and_is_said_once
             .contains("the kubelet allocates devices when it admits a pod")),
         "{events:#?}"
     );
+    // The invalid annotation's refusal, tried again meanwhile, was said once.
+    let invalid = (events.iter())
+        .filter(|e| {
+            let m = e["message"].as_str().unwrap();
+            m.contains("k8s.v1.cni.cncf.io/networks") && !m.contains("kubelet allocates")
+        })
+        .count();
+    assert_eq!(invalid, 1, "{events:#?}");
     assert_eq!(ns.links(), ["lo", "eth0", "net1"]);
 
     // A valid annotation again, a network with a marker resource: made at once, not after the
     // backoff.
+    let edited = Instant::now();
     annotate(&c, "firm", "net-a,marked");
     wait_until("net2 in the pod's status", || {
         status_interfaces(&c, "firm") == ["eth0", "net1", "net2"]
     });
+    // The refused changes' backoff is 5 s at first.
+    assert!(
+        edited.elapsed() < Duration::from_secs(5),
+        "the change waited for the backoff: {:?}",
+        edited.elapsed()
+    );
     assert_eq!(ns.links(), ["lo", "eth0", "net1", "net2"]);
     assert_eq!(ns.addresses("net2"), [format!("10.{n}.4.2/24")]);
     ok(&c.call("DEL", &ns, pod, "f1"));
@@ -374,7 +407,9 @@ fn a_change_racing_the_sandboxs_del_leaks_nothing() {
         ok(&c.call("DEL", &ns, pod, &cid));
         drop(ns);
         // Whatever the change did, the DEL undid, or the change found the sandbox gone (a
-        // change is counted as a call from before it reads the record).
+        // change is counted as a call from before it reads the record). The daemon has looked
+        // at the pod once it said so.
+        daemon.wait_for(&format!("dynamic: pod default/{name}"));
         wait_for_daemon(&daemon, "no change running", || {
             healthz(&socket).starts_with("ok: 0 calls running")
         });
@@ -601,15 +636,11 @@ fn a_daemon_killed_in_the_middle_of_a_change_leaves_the_next_one_to_finish_it() 
     ok(&c.call("ADD", &ns, pod, "k1"));
 
     annotate(&c, "cut", "net-a,gated");
-    wait_until("the gate's ADD to begin", || bin.join("entered").exists());
+    wait_for_file(&bin.join("entered"));
     // Killed while the new attachment's ADD runs: its interface is made, its address held.
     assert!(ns.links().contains(&"net2".to_string()));
     assert_eq!(c.node.allocations("gated").len(), 1);
-    std::process::Command::new("kill")
-        .args(["-KILL", &daemon.pid().to_string()])
-        .status()
-        .unwrap();
-    drop(daemon);
+    drop(daemon); // SIGKILL
     let record: Value =
         serde_json::from_slice(&std::fs::read(c.node.record("k1")).unwrap()).unwrap();
     assert_eq!(record["attachments"][2]["pending"], true, "{record:#}");
