@@ -212,13 +212,10 @@ pub fn nads_to_prefetch(config: &Config, pod: &Pod, max: usize) -> Vec<NetworkRe
 /// The NADs of the pod's `k8s.v1.cni.cncf.io/networks` annotation, in order, up to the first
 /// one namespace isolation refuses; none when it is absent or does not parse.
 fn selected_nads(config: &Config, pod: &Pod) -> Vec<NetworkRef> {
-    let Some(value) = pod
-        .annotations
-        .get(NETWORKS_ANNOTATION)
-        .filter(|v| !v.trim().is_empty())
-    else {
+    let value = pod.selection();
+    if value.trim().is_empty() {
         return Vec::new();
-    };
+    }
     let Ok(elements) = selection::parse(value) else {
         return Vec::new();
     };
@@ -425,9 +422,7 @@ impl Planner<'_> {
     }
 
     fn selected_networks(&mut self, pod: &Pod) -> Result<(), CniError> {
-        let Some(value) = pod.annotations.get(NETWORKS_ANNOTATION) else {
-            return Ok(());
-        };
+        let value = pod.selection();
         if value.trim().is_empty() {
             return Ok(());
         }

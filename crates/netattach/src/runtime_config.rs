@@ -28,6 +28,8 @@ pub mod capability {
     pub const DEVICE_ID: &str = "deviceID";
     /// device-info spec §5.1.
     pub const CNI_DEVICE_INFO_FILE: &str = "CNIDeviceInfoFile";
+    /// The pod's annotations, which containerd and CRI-O hand a plugin that declares it.
+    pub const POD_ANNOTATIONS: &str = "io.kubernetes.cri.pod-annotations";
 
     /// Every capability name of the CNI conventions (CONVENTIONS.md) and of the NPWG
     /// specifications. Runtimes match these exactly, in this case.
@@ -43,7 +45,7 @@ pub mod capability {
         "aliases",
         "cgroupPath",
         CNI_DEVICE_INFO_FILE,
-        "io.kubernetes.cri.pod-annotations",
+        POD_ANNOTATIONS,
     ];
 }
 

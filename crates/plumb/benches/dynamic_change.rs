@@ -16,6 +16,8 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use netattach::selection::NETWORKS_ANNOTATION as NETWORKS;
+use netattach::status::NETWORK_STATUS_ANNOTATION as NETWORK_STATUS;
 use serde_json::{Value, json};
 use testkit::kube_api::{KubeApi, KubeApiOptions, KubeconfigUser, Resource};
 use testkit::netns::{Link, Netns, unique_name};
@@ -23,8 +25,6 @@ use testkit::netns::{Link, Netns, unique_name};
 use common::{PLUGINS, PLUMB, caches, call, env_or, leftovers, quantile};
 
 const NODE: &str = "bench-node";
-const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
-const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
 
 /// The interfaces the pod's network-status lists.
 fn listed(api: &KubeApi, name: &str) -> Vec<String> {

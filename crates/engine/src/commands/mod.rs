@@ -39,7 +39,7 @@ pub const LOCK_WAIT_FOR_CHANGE: std::time::Duration = std::time::Duration::from_
 
 /// The runtime's capability for handing a plugin the pod's annotations (containerd and CRI-O
 /// fill it for plugins that declare it), which spares the pod GET.
-pub const POD_ANNOTATIONS_CAPABILITY: &str = "io.kubernetes.cri.pod-annotations";
+pub const POD_ANNOTATIONS_CAPABILITY: &str = netattach::runtime_config::capability::POD_ANNOTATIONS;
 
 /// The plugin. `routes` changes default routes in pod namespaces; `connect` gives each call its
 /// API client and kubelet (the daemon's are kept between calls); `caller`, whose call it runs.

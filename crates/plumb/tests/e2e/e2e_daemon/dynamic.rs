@@ -442,6 +442,8 @@ fn a_change_made_while_the_daemon_was_stopped_is_made_when_it_starts() {
 fn a_pod_in_a_namespace_not_opted_in_is_left_alone_until_it_is() {
     let mut c = Cluster::new(148);
     namespace(&c, "default", false);
+    // Another namespace is: being opted in is a namespace's own.
+    namespace(&c, "other-ns", true);
     let (socket, daemon) = dynamic_daemon(&mut c);
     let uid = c.pod("default", "kept", json!({NETWORKS: "net-a"}));
     holding(&socket, 1);
