@@ -131,14 +131,14 @@ fn main() {
     let socket = dir.path().join("plumb.sock");
     let started = Instant::now();
     let max_calls = std::env::var("MAX_CALLS").map(|n| vec!["--max-calls".to_string(), n]);
-    let mut daemon = common::daemon(
+    let daemon = common::daemon(
         PLUMB,
         &socket,
         &kubeconfig,
         NODE,
         &max_calls.unwrap_or_default(),
     );
-    let pid = daemon.id();
+    let pid = daemon.0.id();
     let deadline = Instant::now() + Duration::from_secs(120);
     let filled = loop {
         if let Some(r) = caches(&socket)
@@ -201,8 +201,7 @@ fn main() {
     std::thread::sleep(Duration::from_secs(2));
     let at_end = status(pid);
     let hits = caches(&socket).unwrap()["caches"].clone();
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    drop(daemon);
     drop(cleanup);
 
     println!(

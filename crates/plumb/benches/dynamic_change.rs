@@ -140,7 +140,7 @@ fn main() {
     ];
     let mut more: Vec<String> = more.iter().map(|a| a.to_string()).collect();
     more.push(state.display().to_string());
-    let mut daemon = common::daemon(PLUMB, &socket, &kubeconfig, NODE, &more);
+    let daemon = common::daemon(PLUMB, &socket, &kubeconfig, NODE, &more);
     let deadline = Instant::now() + Duration::from_secs(120);
     while !caches(&socket).is_some_and(|r| {
         r["caches"]["pods"]["synced"] == true
@@ -197,9 +197,8 @@ fn main() {
         call("DEL", name, ns, &cni_args(name, uid), &config);
         assert_eq!(ns.links(), ["lo"], "{name}: interfaces left");
     }
-    let memory = common::status(daemon.id());
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    let memory = common::status(daemon.0.id());
+    drop(daemon);
     for sub in ["ipam", "state", "cni"] {
         let left = leftovers(&dir.path().join(sub));
         assert!(left.is_empty(), "left in {sub}: {left:?}");

@@ -539,7 +539,7 @@ fn main() {
 
 /// `plumb daemon` on `socket`, stopped when dropped.
 struct Daemon {
-    child: std::process::Child,
+    process: common::Daemon,
     socket: PathBuf,
 }
 
@@ -547,14 +547,14 @@ impl Daemon {
     /// Started with its watch caches (from `kubeconfig`, for [`NODE`]), returned once they
     /// hold the bench's pod.
     fn start(socket: &Path, kubeconfig: &Path) -> Daemon {
-        let child = common::daemon(&plumb_binary(), socket, kubeconfig, NODE, &[]);
+        let process = common::daemon(&plumb_binary(), socket, kubeconfig, NODE, &[]);
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::os::unix::net::UnixStream::connect(socket).is_err() {
             assert!(Instant::now() < deadline, "plumb daemon did not listen");
             std::thread::sleep(Duration::from_millis(10));
         }
         let daemon = Daemon {
-            child,
+            process,
             socket: socket.to_path_buf(),
         };
         loop {
@@ -605,7 +605,8 @@ impl Daemon {
 
     /// Its peak resident set (VmHWM).
     fn peak_rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.process.0.id())).ok()?;
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))?
@@ -613,13 +614,6 @@ impl Daemon {
             .next()?
             .parse()
             .ok()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

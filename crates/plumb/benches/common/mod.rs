@@ -44,6 +44,17 @@ pub fn status(pid: u32) -> Value {
     json!({"VmRSS": field("VmRSS:"), "VmHWM": field("VmHWM:"), "Threads": field("Threads:")})
 }
 
+/// A `plumb daemon` the bench started, killed when dropped: also when the bench panics, so
+/// that no daemon outlives it holding the bench's output open.
+pub struct Daemon(pub Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `plumb daemon` of `binary` serving `socket` for node `node`, watching with `kubeconfig`,
 /// with `more` arguments; its log discarded. A clean environment, as a service manager gives
 /// it: the delegates the daemon runs inherit it, and cargo's LD_LIBRARY_PATH (seven
@@ -55,8 +66,8 @@ pub fn daemon(
     kubeconfig: &Path,
     node: &str,
     more: &[String],
-) -> Child {
-    Command::new(binary)
+) -> Daemon {
+    let child = Command::new(binary)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .arg("daemon")
@@ -68,7 +79,8 @@ pub fn daemon(
         .args(more)
         .stderr(Stdio::null())
         .spawn()
-        .expect("plumb daemon starts")
+        .expect("plumb daemon starts");
+    Daemon(child)
 }
 
 /// The daemon's `GET /caches`, once it answers.
